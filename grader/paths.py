@@ -1,0 +1,45 @@
+"""Where the shipped material lives: the reference package, course tests, mutants, fixtures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Layout", "default_layout"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The folders of a mutagrade checkout (SPEC §2)."""
+
+    root: Path
+
+    @property
+    def reference(self) -> Path:
+        """The folder that holds the reference ``tinyllm`` package (put it on sys.path)."""
+        return self.root / "reference"
+
+    @property
+    def gru_source(self) -> Path:
+        return self.reference / "tinyllm" / "rnn" / "gru.py"
+
+    @property
+    def course_tests(self) -> Path:
+        return self.reference / "tests"
+
+    @property
+    def mutants(self) -> Path:
+        return self.root / "mutants"
+
+    @property
+    def goldens(self) -> Path:
+        return self.root / "fixtures" / "gru_torch.npz"
+
+    @property
+    def examples(self) -> Path:
+        return self.root / "examples"
+
+
+def default_layout() -> Layout:
+    """The layout of the checkout this package was installed from (an editable install)."""
+    return Layout(Path(__file__).resolve().parents[1])
