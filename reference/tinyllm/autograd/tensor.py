@@ -23,8 +23,9 @@ def _to_array(data: Any, dtype: Any = None) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.data
     array = np.array(data, dtype=dtype, copy=True)
-    if dtype is None and array.dtype.kind in "biu":
-        # Integers and booleans have no gradient; arithmetic on them is done in float64.
+    if dtype is None and array.dtype.kind in "biu" and not isinstance(data, (np.ndarray, np.generic)):
+        # Python numbers are values to compute with: float64, as for Python floats. A numpy
+        # array keeps its dtype (an integer Tensor can index another).
         array = array.astype(np.float64)
     return array
 
@@ -55,6 +56,8 @@ class Tensor:
     def __init__(self, data: Any, dtype: Any = None, requires_grad: bool = False) -> None:
         self.data: np.ndarray = _to_array(data, dtype)
         self.grad: np.ndarray | None = None
+        if requires_grad and self.data.dtype.kind not in "fc":
+            raise ValueError(f"requires_grad needs a floating dtype, got {self.data.dtype}")
         self.requires_grad = bool(requires_grad)
         self._parents: tuple[Tensor, ...] = ()
         self._backward: Callable[[np.ndarray, _Send], None] | None = None
@@ -244,8 +247,9 @@ class Tensor:
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         perm = tuple(axes) if axes else tuple(reversed(range(self.ndim)))
-        inverse = tuple(np.argsort(perm))
         out = self._child(self.data.transpose(perm), (self,), "transpose")
+        # numpy accepts negative axes (checked just above); the inverse needs them in 0..ndim-1.
+        inverse = tuple(np.argsort([axis % self.ndim for axis in perm]))
 
         def _backward(g: np.ndarray, send: _Send) -> None:
             send(self, g.transpose(inverse))

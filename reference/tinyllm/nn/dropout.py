@@ -27,7 +27,11 @@ def dropout(x: Any, p: float, rng: PCG32, training: bool) -> Tensor:
 
     Each element is zeroed with probability ``p`` (masks drawn from ``rng``) and the kept
     ones are scaled by ``1 / (1 - p)`` so the expected value is unchanged.
+
+    Raises:
+        ValueError: if ``p`` is not a number in [0, 1).
     """
+    p = check_probability(p)
     x = as_tensor(x)
     if not training or p == 0.0:
         return x

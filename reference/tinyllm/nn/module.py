@@ -40,8 +40,11 @@ class Module:
                 f"{type(self).__name__}.__init__ must call super().__init__() "
                 f"before assigning {name!r}"
             )
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
+        # Re-assigning a parameter keeps its place in the order; anything else unregisters it.
+        if not isinstance(value, Parameter):
+            self._parameters.pop(name, None)
+        if not isinstance(value, Module):
+            self._modules.pop(name, None)
         if isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Module):

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tinyllm.autograd.functional import sigmoid, stack, tanh, where
-from tinyllm.autograd.tensor import Tensor, as_tensor
+from tinyllm.autograd.tensor import Tensor
 from tinyllm.nn.dropout import check_probability, dropout
 from tinyllm.nn.init import orthogonal, xavier_uniform
 from tinyllm.nn.module import Module, Parameter

@@ -1,0 +1,176 @@
+"""The ``mutagrade`` command line: a thin layer over the library functions.
+
+Exit codes: 0 success, 1 a check ran and did not pass, 2 bad input (path, manifest, patch),
+3 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+from grader import __version__
+from grader.paths import Layout, default_layout
+from grader.variants import ManifestError, VariantKind, build_variants, export_variant
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_NOT_PASSED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad input on the command line: printed as ``mutagrade: error: ...``, exit 2."""
+
+
+# ---------------------------------------------------------------------- commands
+def _cmd_variants_list(args: argparse.Namespace, layout: Layout) -> int:
+    variants = build_variants(layout)
+    rows = [("id", "kind", "required", "hidden", "title")]
+    rows += [
+        (v.id, v.kind.value, "yes" if v.spec.required else "", "yes" if v.spec.hidden else "", v.spec.title)
+        for v in variants
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(f"{cell:<{w}}" for cell, w in zip(row[:4], widths)) + "  " + row[4])
+    return EXIT_OK
+
+
+def _cmd_variants_show(args: argparse.Namespace, layout: Layout) -> int:
+    by_id = {v.id: v for v in build_variants(layout)}
+    if args.id not in by_id:
+        raise UsageError(f"variant {args.id!r}: no such variant; expected one of {', '.join(by_id)}")
+    variant = by_id[args.id]
+    print(f"{variant.id} ({variant.kind.value}): {variant.spec.title}")
+    if variant.spec.pitfall:
+        print(f"pitfall: {variant.spec.pitfall}")
+    if variant.spec.caught_by:
+        print(f"caught by: {', '.join(variant.spec.caught_by)}")
+    print()
+    print(variant.diff or "(the reference itself: no patch)", end="" if variant.diff else "\n")
+    return EXIT_OK
+
+
+def _cmd_variants_export(args: argparse.Namespace, layout: Layout) -> int:
+    dest = Path(args.dir)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest}: expected a directory to export into, found a file")
+    variants = build_variants(layout)
+    for variant in variants:
+        export_variant(layout, variant, dest / variant.id)
+    print(f"exported {len(variants)} variants to {dest}/<id>/tinyllm")
+    print(f"run the course tests on one: PYTHONPATH={dest}/s02 pytest {layout.course_tests}")
+    return EXIT_OK
+
+
+def _cmd_calibrate(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.calibration import calibrate, render_text
+
+    report = calibrate(layout)
+    if args.format == "json":
+        print(report.model_dump_json(indent=2))
+    else:
+        print(render_text(report))
+    status = EXIT_OK if report.ok else EXIT_NOT_PASSED
+    if args.auto:
+        from grader.automutants import run_auto_mutants, write_pool
+
+        pool = run_auto_mutants(layout)
+        path = write_pool(layout, pool)
+        print(
+            f"\nmutmut {pool.mutmut_version}: {pool.total} automatic mutants, {len(pool.killed)} killed "
+            f"by the course tests (the pool), {len(pool.survived)} survived; written to {path}"
+        )
+        for name in pool.survived:
+            print(f"  survivor for review: {name}")
+    return status
+
+
+def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.golden import golden_deviations, live_deviations, load_goldens, load_implementation, torch_available
+
+    goldens = load_goldens(layout.goldens)
+    live = torch_available() and not args.no_live
+    wrong = 0
+    print(f"{'variant':<10} {'kind':<9} {'stored goldens':<16} {'live torch':<16} verdict")
+    for variant in build_variants(layout):
+        impl = load_implementation(variant.source, layout.reference, f"mutagrade_golden_{variant.id}")
+        stored = max(c.deviation for c in golden_deviations(impl, goldens))
+        fresh = max((c.deviation for c in live_deviations(impl, seed=args.seed, cases=args.cases)), default=0.0) if live else None
+        matches = stored <= 1e-10 and (fresh is None or fresh <= 1e-10)
+        if variant.kind is VariantKind.MUTANT:
+            wrong += matches and variant.spec.differs_on == "goldens"  # an equivalent mutant
+        else:
+            wrong += not matches  # a correct variant must match torch
+        shown_fresh = "n/a" if fresh is None else _dev(fresh)
+        print(f"{variant.id:<10} {variant.kind.value:<9} {_dev(stored):<16} {shown_fresh:<16} {'matches torch' if matches else 'differs'}")
+    return EXIT_OK if wrong == 0 else EXIT_NOT_PASSED
+
+
+def _dev(value: float) -> str:
+    return "raised/inf" if math.isinf(value) else f"max |d| {value:.2g}"
+
+
+def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.demo import run_demo
+
+    return run_demo(layout)
+
+
+# ------------------------------------------------------------------------ parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mutagrade", description="Mutation grading of test-first GRU test suites.")
+    parser.add_argument("--version", action="version", version=f"mutagrade {__version__}")
+    parser.add_argument("--root", type=Path, help="the mutagrade checkout to use (default: this one)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
+    demo.set_defaults(run=_cmd_demo)
+
+    variants = commands.add_parser("variants", help="list, show or export the variants")
+    verbs = variants.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs.add_parser("list", help="a table of every variant").set_defaults(run=_cmd_variants_list)
+    show = verbs.add_parser("show", help="one variant's patch")
+    show.add_argument("id")
+    show.set_defaults(run=_cmd_variants_show)
+    export = verbs.add_parser("export", help="write DIR/<id>/tinyllm for every variant")
+    export.add_argument("dir")
+    export.set_defaults(run=_cmd_variants_export)
+
+    calibrate = commands.add_parser("calibrate", help="prove every variant is what the manifest says")
+    calibrate.add_argument("--format", choices=("text", "json"), default="text")
+    calibrate.add_argument("--auto", action="store_true", help="also regenerate the mutmut pool (mutants/auto_pool.json)")
+    calibrate.set_defaults(run=_cmd_calibrate)
+
+    golden = commands.add_parser("golden", help="compare every variant with torch")
+    golden.add_argument("--cases", type=int, default=4, help="live random cases per variant (default 4)")
+    golden.add_argument("--seed", type=int, default=0)
+    golden.add_argument("--no-live", action="store_true", help="stored goldens only, even where torch is installed")
+    golden.set_defaults(run=_cmd_golden)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (also used by ``python -m grader``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    layout = Layout(args.root.resolve()) if args.root else default_layout()
+    try:
+        return args.run(args, layout)
+    except (UsageError, ManifestError) as exc:
+        print(f"mutagrade: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # noqa: BLE001 - the last line of defence: say so, exit 3
+        traceback.print_exc()
+        print("mutagrade: internal error (see the traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""``mutagrade demo``: the course tests on the reference, and the chapter's hand example."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from grader.golden import load_implementation
+from grader.models import Outcome
+from grader.paths import Layout
+from grader.runner import RunLimits, run_suites
+from grader.worker import WorkerRun
+
+__all__ = ["hand_example", "run_demo"]
+
+
+def hand_example(layout: Layout) -> tuple[float, float]:
+    """h′ and ∂h′/∂h of the chapter's worked example, computed by the reference.
+
+    One unit, x = 1, h = 0.5, W_ih = 0, b_ih = [0, ln 3, 0], W_hh = [0, 0, 1]ᵀ, b_hh = [0, 0, 1].
+    """
+    gru = load_implementation(layout.gru_source.read_text(), layout.reference, "mutagrade_demo_gru")
+    Tensor = gru.Tensor
+    h = Tensor(np.array([[0.5]]), requires_grad=True)
+    out = gru.gru_cell(
+        Tensor(np.array([[1.0]])),
+        h,
+        Tensor(np.zeros((3, 1))),
+        Tensor(np.array([[0.0], [0.0], [1.0]])),
+        Tensor(np.array([0.0, math.log(3.0), 0.0])),
+        Tensor(np.array([0.0, 0.0, 1.0])),
+    )
+    out.sum().backward()
+    return float(out.data[0, 0]), float(h.grad[0, 0])
+
+
+def run_demo(layout: Layout) -> int:
+    """Print the course tests' outcomes on the reference and the hand example; 0 if all pass."""
+    source = layout.gru_source.read_text()
+    [run] = run_suites(
+        layout=layout,
+        tests_dir=layout.course_tests,
+        runs=[WorkerRun(variant="reference", source=source)],
+        hash_seed=1,
+        limits=RunLimits(),
+    )
+    print(f"Course tests ({layout.course_tests}) on the reference GRU:")
+    for result in run.results:
+        mark = "PASS" if result.outcome is Outcome.PASSED else result.outcome.value.upper()
+        print(f"  {mark:<7} {result.test_id}")
+    passed = sum(r.outcome is Outcome.PASSED for r in run.results)
+    problems = [run.crashed, *run.collection_errors]
+    for problem in filter(None, problems):
+        print(f"  problem: {problem}")
+    print(f"{passed} passed, {len(run.results) - passed} failed")
+
+    h_next, grad = hand_example(layout)
+    print()
+    print("Hand example (one unit, x = 1, h = 0.5, b_ih = [0, ln 3, 0], W_hh = [0, 0, 1]ᵀ, b_hh = [0, 0, 1]):")
+    print("  r = σ(0) = 0.5,  z = σ(ln 3) = 0.75,  n = tanh(0 + 0.5 × 1.5) = 0.635149")
+    print(f"  h′ = 0.25 × n + 0.75 × 0.5 = {h_next:.6f}")
+    print(f"  ∂h′/∂h = z + (1 − z)(1 − n²) r W_hn = {grad:.6f}")
+    ok = passed == len(run.results) > 0 and not any(problems)
+    return 0 if ok else 1

@@ -1,0 +1,194 @@
+"""Runs a test suite against variants in a separate worker process, and back.
+
+The grader never runs student code in its own process: :func:`run_suites` starts
+``python -m grader.worker`` in a new session with a minimal environment and one BLAS thread,
+sends it the job, and reads one :class:`~grader.models.SuiteRun` per line. Whatever the worker
+does not report (it crashed, it hung) comes back as a crashed run with every test missing.
+:func:`run_matrix` runs the reference twice under different hash seeds and confirms each
+failure on a mutant with a second run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from grader.models import Outcome, SuiteRun
+from grader.paths import Layout
+from grader.variants import Variant, VariantKind
+from grader.worker import WorkerJob, WorkerRun
+
+__all__ = ["Matrix", "RunLimits", "run_matrix", "run_suites"]
+
+FIRST_HASH_SEED = 1
+SECOND_HASH_SEED = 2
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Time and size limits of one suite run."""
+
+    run_timeout: float = 120.0
+    test_timeout: float = 20.0
+    memory_bytes: int = 2 * 1024**3
+    jobs: int = field(default_factory=lambda: max(1, len(os.sched_getaffinity(0))))
+
+
+def _worker_env(hash_seed: int) -> dict[str, str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONHASHSEED": str(hash_seed),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "LANG": "C.UTF-8",
+    }
+    # OpenBLAS needs these on some processors to compute right; keep them if set.
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def run_suites(
+    *,
+    layout: Layout,
+    tests_dir: Path,
+    runs: Sequence[WorkerRun],
+    hash_seed: int,
+    limits: RunLimits,
+) -> list[SuiteRun]:
+    """Run each requested suite run in one worker process; results in the order asked.
+
+    Args:
+        layout: where the reference package is.
+        tests_dir: the folder of test files.
+        runs: the variant sources to run the suite against (and which tests, if not all).
+        hash_seed: ``PYTHONHASHSEED`` of the worker.
+        limits: time, memory and parallelism limits.
+
+    Returns:
+        One SuiteRun per requested run; a run the worker never reported is a crashed run.
+    """
+    job = WorkerJob(
+        reference=str(layout.reference),
+        tests=str(tests_dir.resolve()),
+        runs=list(runs),
+        hash_seed=hash_seed,
+        jobs=limits.jobs,
+        run_timeout=limits.run_timeout,
+        test_timeout=limits.test_timeout,
+        memory_bytes=limits.memory_bytes,
+    )
+    waves = -(-len(runs) // max(1, limits.jobs))
+    budget = limits.run_timeout * waves + 60.0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_worker_env(hash_seed),
+        cwd=str(tests_dir.resolve()),
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(job.model_dump_json().encode(), timeout=budget)
+        problem = f"the worker exited with status {process.returncode}"
+    except subprocess.TimeoutExpired:
+        stdout, stderr = b"", b""
+        problem = f"the worker passed its time limit of {budget:g} s"
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+    reported: dict[str, SuiteRun] = {}
+    for line in stdout.decode(errors="replace").splitlines():
+        try:
+            run = SuiteRun.model_validate_json(line)
+        except ValueError:
+            continue
+        reported.setdefault(run.variant, run)
+    detail = stderr.decode(errors="replace").strip().splitlines()[-1:] if stderr else []
+    return [
+        reported.get(run.variant)
+        or SuiteRun(
+            variant=run.variant,
+            hash_seed=hash_seed,
+            crashed=f"{problem} without reporting this run" + (f": {detail[0]}" if detail else ""),
+        )
+        for run in runs
+    ]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Every test on every variant: a first run of all, and confirming second runs."""
+
+    first: dict[str, SuiteRun]
+    second: dict[str, SuiteRun]
+
+    @property
+    def test_ids(self) -> list[str]:
+        reference = self.first["reference"]
+        return reference.test_ids
+
+    def outcome(self, test_id: str, variant: str) -> Outcome:
+        return self.first[variant].outcome(test_id)
+
+    def confirmed_failure(self, test_id: str, variant: str) -> bool:
+        """Whether ``test_id`` failed on ``variant`` in both runs."""
+        first = self.first[variant].outcome(test_id)
+        if not first.kills:
+            return False
+        second = self.second.get(variant)
+        return second is not None and second.outcome(test_id).kills
+
+
+def run_matrix(
+    *,
+    layout: Layout,
+    tests_dir: Path,
+    variants: Sequence[Variant],
+    limits: RunLimits,
+) -> Matrix:
+    """Run the suite against every variant, then the reference again under another hash
+    seed and, for each mutant, the tests that failed on it once more.
+
+    Returns:
+        The Matrix; ``second`` holds the reference's second run under ``"reference"``.
+    """
+    first_runs = run_suites(
+        layout=layout,
+        tests_dir=tests_dir,
+        runs=[WorkerRun(variant=v.id, source=v.source) for v in variants],
+        hash_seed=FIRST_HASH_SEED,
+        limits=limits,
+    )
+    first = {run.variant: run for run in first_runs}
+    again: list[WorkerRun] = []
+    for variant in variants:
+        if variant.kind is VariantKind.REFERENCE:
+            again.append(WorkerRun(variant=variant.id, source=variant.source))
+            continue
+        if variant.kind is not VariantKind.MUTANT:
+            continue
+        run = first[variant.id]
+        failing = [r.test_id for r in run.results if r.outcome.kills]
+        if failing and not run.crashed:
+            again.append(WorkerRun(variant=variant.id, source=variant.source, select=failing))
+        elif failing:  # a crashed run is repeated whole: its missing tests need a second look
+            again.append(WorkerRun(variant=variant.id, source=variant.source))
+    second_runs = run_suites(
+        layout=layout, tests_dir=tests_dir, runs=again, hash_seed=SECOND_HASH_SEED, limits=limits
+    )
+    return Matrix(first=first, second={run.variant: run for run in second_runs})

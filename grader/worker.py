@@ -1,0 +1,341 @@
+"""The worker process: runs a test suite against variants, one forked child per run.
+
+Started by :mod:`grader.runner` as ``python -m grader.worker`` in a new session, with
+``PYTHONHASHSEED`` fixed and a minimal environment. It reads one JSON job on stdin, imports
+numpy, pytest and the reference ``tinyllm`` once, then forks a child per requested run (at
+most ``jobs`` at a time). Each child installs its variant's source as the module
+``tinyllm.rnn.gru`` (always under the same file name, so only behaviour tells variants
+apart), runs pytest in-process and reports each test over its own pipe. The worker judges
+the child from what arrived on that pipe, never from its exit code, and writes one
+:class:`~grader.models.SuiteRun` per line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import resource
+import selectors
+import signal
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from grader.models import Outcome, SuiteRun, TestOutcome
+
+__all__ = ["VARIANT_FILENAME", "WorkerJob", "WorkerRun"]
+
+# The one file name every variant is compiled under.
+VARIANT_FILENAME = "tinyllm/rnn/gru.py"
+_MESSAGE_CAP = 2000
+_PIPE_CAP = 4 * 1024 * 1024  # bytes a child may report before it is cut off
+
+
+class WorkerRun(BaseModel):
+    """One suite run the worker is asked for."""
+
+    variant: str
+    source: str
+    select: list[str] | None = None  # node ids to run; None runs the whole suite
+
+
+class WorkerJob(BaseModel):
+    """What the worker reads on stdin."""
+
+    reference: str  # the folder holding the reference ``tinyllm`` package
+    tests: str  # the folder of test files
+    runs: list[WorkerRun]
+    hash_seed: int
+    jobs: int = 1
+    run_timeout: float = 120.0
+    test_timeout: float = 20.0
+    memory_bytes: int = 2 * 1024**3
+
+
+class _TestTimeout(BaseException):
+    """Raised in a test that ran past its time (a BaseException so ``except Exception``
+    in the test cannot swallow it)."""
+
+
+# ----------------------------------------------------------------------------- child
+class _Reporter:
+    """A pytest plugin, in the child, that writes each event as a JSON line to the pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, **event: Any) -> None:
+        data = (json.dumps(event) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.send(collect_error=f"{report.nodeid or '(session)'}: {_short(report.longreprtext)}")
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.send(collected=[item.nodeid for item in session.items])
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        outcome: Outcome | None = None
+        if report.when == "call":
+            if report.passed:
+                outcome = Outcome.PASSED
+            elif report.skipped:
+                outcome = Outcome.SKIPPED
+            else:
+                timed_out = "_TestTimeout" in report.longreprtext
+                outcome = Outcome.TIMEOUT if timed_out else Outcome.FAILED
+        elif report.failed:  # setup or teardown
+            outcome = Outcome.ERROR
+        elif report.when == "setup" and report.skipped:
+            outcome = Outcome.SKIPPED
+        if outcome is not None:
+            message = "" if outcome is Outcome.PASSED else _short(report.longreprtext)
+            self.send(
+                result=TestOutcome(
+                    test_id=report.nodeid,
+                    outcome=outcome,
+                    message=message,
+                    duration=round(report.duration, 6),
+                ).model_dump(mode="json")
+            )
+
+
+def _timeout_wrapper(test_timeout: float) -> Any:
+    import pytest
+
+    class _PerTestTimeout:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_call(self, item: Any) -> Any:
+            def _expire(signum: int, frame: Any) -> None:
+                raise _TestTimeout(f"test ran past its limit of {test_timeout:g} s")
+
+            previous = signal.signal(signal.SIGALRM, _expire)
+            signal.setitimer(signal.ITIMER_REAL, test_timeout)
+            try:
+                return (yield)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+
+    return _PerTestTimeout()
+
+
+def _short(text: str) -> str:
+    """The most telling part of a failure: its ``E`` lines, else its last lines."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    picked = errors or lines[-3:]
+    return "\n".join(picked)[:_MESSAGE_CAP]
+
+
+def install_variant(source: str) -> types.ModuleType:
+    """Make ``source`` the module ``tinyllm.rnn.gru``, compiled under :data:`VARIANT_FILENAME`."""
+    import tinyllm.rnn
+
+    module = types.ModuleType("tinyllm.rnn.gru")
+    module.__file__ = VARIANT_FILENAME
+    module.__package__ = "tinyllm.rnn"
+    # Tracebacks read source through linecache: give it the variant's text.
+    linecache.cache[VARIANT_FILENAME] = (len(source), None, source.splitlines(True), VARIANT_FILENAME)
+    code = compile(source, VARIANT_FILENAME, "exec", dont_inherit=True)
+    sys.modules["tinyllm.rnn.gru"] = module
+    exec(code, module.__dict__)
+    tinyllm.rnn.gru = module  # type: ignore[attr-defined]
+    return module
+
+
+def _child(job: WorkerJob, run: WorkerRun, fd: int) -> None:
+    """In the forked child: run the suite against one variant, report, and exit."""
+    import pytest
+
+    os.setpgid(0, 0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)
+    reporter = _Reporter(fd)
+    try:
+        install_variant(run.source)
+    except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, not a crash
+        reporter.send(collect_error=f"{VARIANT_FILENAME}: the implementation does not import: {exc!r}"[:_MESSAGE_CAP])
+        reporter.send(done=True)
+        os._exit(0)
+    tests = Path(job.tests)
+    targets = [str(tests / node) for node in run.select] if run.select else [str(tests)]
+    args = [
+        *targets,
+        "-c", os.devnull,
+        "--rootdir", str(tests),
+        "--import-mode=importlib",
+        "-p", "no:cacheprovider",
+        "-p", "no:randomly",
+        "-q",
+    ]
+    pytest.main(args, plugins=[reporter, _timeout_wrapper(job.test_timeout)])
+    reporter.send(done=True)
+    os._exit(0)
+
+
+# ---------------------------------------------------------------------------- worker
+class _Running:
+    """A child the worker is waiting on."""
+
+    def __init__(self, run: WorkerRun, pid: int, fd: int, deadline: float) -> None:
+        self.run = run
+        self.pid = pid
+        self.fd = fd
+        self.deadline = deadline
+        self.started = time.monotonic()
+        self.buffer = bytearray()
+        self.timed_out = False
+        self.overflow = False
+
+
+def _judge(job: WorkerJob, child: _Running, status: int) -> SuiteRun:
+    """Build the SuiteRun from what the child reported, whatever it claims as exit code."""
+    collected: list[str] = []
+    results: dict[str, TestOutcome] = {}
+    errors: list[str] = []
+    done = False
+    for line in bytes(child.buffer).splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            errors.append("the child wrote a malformed report line")
+            continue
+        if not isinstance(event, dict):
+            continue
+        if "collected" in event and not collected:
+            collected = [str(i) for i in event["collected"]]
+        elif "result" in event:
+            try:
+                result = TestOutcome.model_validate(event["result"])
+            except ValueError:
+                errors.append("the child wrote a malformed test result")
+                continue
+            # The first report of a test stands; a later one cannot overwrite it.
+            results.setdefault(result.test_id, result)
+        elif "collect_error" in event:
+            errors.append(str(event["collect_error"])[:_MESSAGE_CAP])
+        elif event.get("done") is True:
+            done = True
+    crashed = ""
+    if child.timed_out:
+        crashed = f"the run passed its time limit of {job.run_timeout:g} s and was killed"
+    elif child.overflow:
+        crashed = "the run reported more than the output cap and was killed"
+    elif not done:
+        crashed = _describe_status(status)
+    final: list[TestOutcome] = []
+    for test_id in collected:
+        if test_id in results:
+            final.append(results[test_id])
+        else:
+            outcome = Outcome.TIMEOUT if child.timed_out else Outcome.MISSING
+            final.append(TestOutcome(test_id=test_id, outcome=outcome, message=crashed or "the test never reported"))
+    return SuiteRun(
+        variant=child.run.variant,
+        hash_seed=job.hash_seed,
+        results=tuple(final),
+        collection_errors=tuple(errors),
+        crashed=crashed,
+        duration=round(time.monotonic() - child.started, 3),
+    )
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return f"the run was killed by signal {signal.Signals(sig).name} before it finished"
+    if os.WIFEXITED(status):
+        return f"the run exited with status {os.WEXITSTATUS(status)} before it finished"
+    return "the run ended before it finished"
+
+
+def _start(job: WorkerJob, run: WorkerRun) -> _Running:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.close(read_fd)
+            _child(job, run, write_fd)
+        finally:
+            os._exit(70)
+    os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    return _Running(run, pid, read_fd, time.monotonic() + job.run_timeout)
+
+
+def _kill(pid: int) -> None:
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def serve(job: WorkerJob, out: Any) -> None:
+    """Run every requested suite run, writing a SuiteRun JSON line to ``out`` as each ends."""
+    sys.path.insert(0, job.reference)
+    # Import once, before forking, what every child needs: children start warm.
+    import numpy  # noqa: F401
+    import pytest  # noqa: F401
+    import tinyllm.autograd.functional  # noqa: F401
+    import tinyllm.nn  # noqa: F401
+    import tinyllm.random  # noqa: F401
+    import tinyllm.rnn  # noqa: F401
+
+    pending = list(job.runs)
+    running: dict[int, _Running] = {}
+    selector = selectors.DefaultSelector()
+    while pending or running:
+        while pending and len(running) < max(1, job.jobs):
+            child = _start(job, pending.pop(0))
+            running[child.fd] = child
+            selector.register(child.fd, selectors.EVENT_READ, child)
+        now = time.monotonic()
+        timeout = max(0.0, min(c.deadline for c in running.values()) - now)
+        for key, _ in selector.select(timeout=min(timeout, 1.0)):
+            child = key.data
+            try:
+                chunk = os.read(child.fd, 65536)
+            except BlockingIOError:
+                continue
+            if chunk:
+                child.buffer.extend(chunk)
+                if len(child.buffer) > _PIPE_CAP:
+                    child.overflow = True
+                    _kill(child.pid)
+                continue
+            # End of file: the child closed its end (it exited or died).
+            selector.unregister(child.fd)
+            os.close(child.fd)
+            _, status = os.waitpid(child.pid, 0)
+            _kill(child.pid)  # anything it left in its process group goes too
+            del running[child.fd]
+            out.write(_judge(job, child, status).model_dump_json() + "\n")
+            out.flush()
+        for child in list(running.values()):
+            if time.monotonic() > child.deadline and not child.timed_out:
+                child.timed_out = True
+                _kill(child.pid)
+
+
+def main() -> None:
+    """Entry point of ``python -m grader.worker``."""
+    job = WorkerJob.model_validate_json(sys.stdin.buffer.read())
+    resource.setrlimit(resource.RLIMIT_AS, (job.memory_bytes, job.memory_bytes))
+    out = os.fdopen(os.dup(1), "w")
+    serve(job, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Calibration on the shipped variants, and variant exports under plain pytest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grader.calibration import calibrate, render_text
+from grader.paths import default_layout
+from grader.variants import VariantKind, build_variants, export_variant
+
+LAYOUT = default_layout()
+
+
+@pytest.fixture(scope="module")
+def report():
+    return calibrate(LAYOUT)
+
+
+def test_calibration_holds(report):
+    assert report.problems == []
+    assert report.ok
+    assert len(report.tests) == 10
+
+
+def test_each_mutant_is_killed_by_at_least_its_caught_by_tests(report):
+    for variant in report.variants:
+        if variant.kind is VariantKind.MUTANT:
+            assert set(variant.caught_by) <= set(variant.killed_by), variant.id
+            assert variant.proof, f"{variant.id} has no proof of non-equivalence"
+        else:
+            assert variant.killed_by == []
+            assert all(c.matches for c in variant.golden + variant.live)
+            assert all(variant.properties.values())
+
+
+def test_the_text_matrix_shows_every_variant_and_the_verdict(report):
+    text = render_text(report)
+    assert "Calibration OK" in text
+    header = next(line for line in text.splitlines() if " ref " in line)
+    assert header.split() == ["ref"] + [v.id for v in report.variants[1:]]
+    assert "test_hand_example_gru_cell" in text
+
+
+def test_exports_run_under_plain_pytest(tmp_path):
+    """Reference and wheats green, every mutant red, with nothing but PYTHONPATH."""
+    outcomes = {}
+    for variant in build_variants(LAYOUT):
+        dest = export_variant(LAYOUT, variant, tmp_path / variant.id)
+        env = {**os.environ, "PYTHONPATH": str(dest), "OPENBLAS_NUM_THREADS": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(LAYOUT.course_tests)],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )
+        outcomes[variant.id] = (variant.kind, done.returncode, done.stdout[-400:])
+    for vid, (kind, code, tail) in outcomes.items():
+        if kind is VariantKind.MUTANT:
+            assert code == 1, f"{vid} passed the course tests under plain pytest:\n{tail}"
+        else:
+            assert code == 0, f"{vid} failed the course tests under plain pytest:\n{tail}"

@@ -1,0 +1,108 @@
+"""The mutagrade command line, run as a user runs it: a subprocess, its output, its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.paths import default_layout
+
+LAYOUT = default_layout()
+
+
+def mutagrade(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "grader.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or LAYOUT.root,
+    )
+
+
+def test_demo_prints_the_hand_example_and_passes_the_course_tests():
+    done = mutagrade("demo")
+    assert done.returncode == 0, done.stderr
+    assert "h′ = 0.25 × n + 0.75 × 0.5 = 0.533787" in done.stdout
+    assert "0.824573" in done.stdout
+    assert "10 passed, 0 failed" in done.stdout
+
+
+def test_variants_list_is_a_table_of_every_variant():
+    done = mutagrade("variants", "list")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["id", "kind", "required", "hidden"]
+    s02 = next(line for line in lines if line.startswith("s02"))
+    assert "mutant" in s02 and "yes" in s02 and "Cho" in s02
+    assert sum(line.startswith("s") for line in lines[1:]) == 12
+
+
+def test_variants_show_prints_the_diff():
+    done = mutagrade("variants", "show", "s03")
+    assert done.returncode == 0
+    assert "+    return z * n + (1 - z) * h" in done.stdout
+    assert "caught by: test_hand_example_gru_cell" in done.stdout
+
+
+def test_an_unknown_variant_is_exit_2_with_the_choices():
+    done = mutagrade("variants", "show", "s99")
+    assert done.returncode == 2
+    assert "variant 's99': no such variant" in done.stderr and "s12" in done.stderr
+
+
+def test_export_writes_a_runnable_package_per_variant(tmp_path):
+    done = mutagrade("variants", "export", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    gru = (tmp_path / "out" / "s02" / "tinyllm" / "rnn" / "gru.py").read_text()
+    assert "(r * h) @ w_hn.T" in gru
+    assert (tmp_path / "out" / "w01" / "tinyllm" / "autograd" / "tensor.py").is_file()
+
+
+def test_export_into_a_file_is_exit_2(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    done = mutagrade("variants", "export", str(target))
+    assert done.returncode == 2 and "expected a directory" in done.stderr
+
+
+def test_calibrate_json_is_data(tmp_path):
+    done = mutagrade("calibrate", "--format", "json")
+    assert done.returncode == 0, done.stdout[-2000:]
+    data = json.loads(done.stdout)
+    assert data["problems"] == []
+    assert data["matrix"]["test_gru_properties.py::test_gradcheck_gru_cell"]["s12"] == "kill"
+    assert data["matrix"]["test_gru_properties.py::test_gradcheck_gru_cell"]["reference"] == "pass"
+
+
+def test_calibrate_fails_loudly_naming_the_cell(tmp_path):
+    """A manifest claim that does not hold (s05 caught by the init test) is exit 1 and named."""
+    import shutil
+
+    for part in ("reference", "mutants", "fixtures"):
+        shutil.copytree(LAYOUT.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = tmp_path / "mutants" / "manifest.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'caught_by = ["test_hand_example_gru_cell"]\n',
+            'caught_by = ["test_hand_example_gru_cell", "test_init_orthogonal_recurrence_and_zero_bias"]\n',
+        )
+    )
+    done = mutagrade("--root", str(tmp_path), "calibrate")
+    assert done.returncode == 1
+    assert "CALIBRATION FAILED" in done.stdout
+    assert "cell (test_gru_properties.py::test_init_orthogonal_recurrence_and_zero_bias, s05): expected a kill, got passed" in done.stdout
+
+
+@pytest.mark.parametrize("args", [["golden", "--no-live"], ["golden", "--cases", "1"]])
+def test_golden_says_which_variants_match_torch(args):
+    done = mutagrade(*args)
+    assert done.returncode == 0, done.stdout
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:]}
+    assert rows["reference"].endswith("matches torch")
+    assert rows["w02"].endswith("matches torch")
+    assert rows["s02"].endswith("differs")
+    assert rows["s06"].endswith("matches torch")  # init mutants are invisible to torch's goldens
