@@ -8,6 +8,12 @@ which would collide with mutagrade's own ``mutants/``. So every run stages a fre
 project in a folder of its own (``src/tinyllm`` copied from the reference, ``tests/`` copied
 from the course tests, a ``pyproject.toml`` whose ``[tool.mutmut]`` restricts mutation to
 ``gru.py``) and runs mutmut there, in a subprocess of this interpreter.
+
+The committed pool, ``mutants/auto_pool.json``, must be regenerated whenever ``gru.py``
+changes (a test compares its hash)::
+
+    python -c "from grader.automutants import *; from grader.paths import default_layout as d; \
+        write_pool(d(), run_auto_mutants(d()))"
 """
 
 from __future__ import annotations
@@ -122,7 +128,9 @@ def mutant_pattern(layout: Layout, function: str) -> str:
         ValueError: if ``function`` is not a name or a ``Class.method`` name.
     """
     if not isinstance(function, str) or not _FUNCTION_NAME.match(function):
-        raise ValueError(f"function must be a name like 'gru_cell' or 'GRU.forward', got {function!r}")
+        raise ValueError(
+            f"function must be a name like 'gru_cell' or 'GRU.forward', got {function!r}"
+        )
     owner, _, name = function.rpartition(".")
     mangled = f"x{_CLASS_SEPARATOR}{owner}{_CLASS_SEPARATOR}{name}" if owner else f"x_{name}"
     return f"{_module_name(layout)}.{mangled}__mutmut_*"
@@ -167,15 +175,16 @@ def run_auto_mutants(
             raise FileNotFoundError(f"{path} must exist to make the automatic mutants, got nothing")
     version = _mutmut_version()
 
+    selection = list(functions)
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="mutagrade-mutmut-") as tmp:
-            return _run_in(layout, Path(tmp), version, max_children, list(functions), patterns, timeout_s)
+            return _run_in(layout, Path(tmp), version, max_children, selection, patterns, timeout_s)
     workdir = Path(workdir)
     if workdir.exists() and any(workdir.iterdir()):
         # mutmut resumes from whatever mutants/ it finds, so a used folder would give stale results.
         raise ValueError(f"workdir must be empty or missing, got {workdir} with files in it")
     workdir.mkdir(parents=True, exist_ok=True)
-    return _run_in(layout, workdir, version, max_children, list(functions), patterns, timeout_s)
+    return _run_in(layout, workdir, version, max_children, selection, patterns, timeout_s)
 
 
 def write_pool(layout: Layout, pool: AutoPool) -> Path:
@@ -325,14 +334,18 @@ def _run_in(
 
     code, output, err = _mutmut(["results", "--all", "true"], cwd=stage, env=env, timeout_s=120)
     if code != 0:
-        raise AutoMutantError(f"mutmut results must exit 0, got {code}; output:\n{err[-_LOG_TAIL:]}")
+        raise AutoMutantError(
+            f"mutmut results must exit 0, got {code}; output:\n{err[-_LOG_TAIL:]}"
+        )
     status_by_name = {
         match["name"]: match["status"]
         for match in map(_RESULT_LINE.match, output.splitlines())
         if match and (not patterns or any(fnmatch.fnmatchcase(match["name"], p) for p in patterns))
     }
     if not status_by_name:
-        raise AutoMutantError(f"mutmut results must list the mutants, got none; output:\n{output[-_LOG_TAIL:]}")
+        raise AutoMutantError(
+            f"mutmut results must list the mutants, got none; output:\n{output[-_LOG_TAIL:]}"
+        )
 
     names = sorted(status_by_name, key=_sort_key)
     killed = [name for name in names if status_by_name[name] == "killed"]
@@ -369,7 +382,8 @@ def _survivor_diffs(survived: list[str], *, stage: Path, env: dict[str, str]) ->
     shown = json.loads(out)
     # Drop `show`'s "# name: status" header line; the diff is what staff read.
     return {
-        name: "\n".join(line for line in shown[name].splitlines() if not line.startswith("# ")).strip()
-        + "\n"
+        name: "\n".join(
+            line for line in shown[name].splitlines() if not line.startswith("# ")
+        ).strip() + "\n"
         for name in survived
     }

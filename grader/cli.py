@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 a check ran and did not pass, 2 bad input (path, manife
 from __future__ import annotations
 
 import argparse
+import os
 import math
 import sys
 import traceback
@@ -15,6 +16,8 @@ from typing import Sequence
 
 from grader import __version__
 from grader.paths import Layout, default_layout
+from grader.assignment import AssignmentError
+from grader.grading import GradingInputError
 from grader.variants import ManifestError, VariantKind, build_variants, export_variant
 
 __all__ = ["main"]
@@ -115,6 +118,70 @@ def _dev(value: float) -> str:
     return "raised/inf" if math.isinf(value) else f"max |d| {value:.2g}"
 
 
+def _assignment(args: argparse.Namespace, layout: Layout):
+    from grader.assignment import load_assignment
+
+    return load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
+
+
+def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.grading import grade_suite
+    from grader.report import render
+
+    report = grade_suite(
+        Path(args.tests_dir),
+        layout=layout,
+        assignment=_assignment(args, layout),
+        policy=args.policy == "on",
+        audience=args.audience,
+        jobs=args.jobs,
+    )
+    text = render(report, args.format)
+    if args.output:
+        Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
+    else:
+        print(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:  # on GitHub Actions the job summary gets the Markdown report too
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(render(report, "github") + "\n")
+    if not report.policy.ok:
+        return EXIT_BAD_INPUT
+    return EXIT_OK if report.passed else EXIT_NOT_PASSED
+
+
+def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from grader.batch import grade_batch, write_csv
+
+    submissions = Path(args.submissions_dir)
+    if not submissions.is_dir():
+        raise UsageError(f"{submissions}: expected a directory with one sub-directory per student")
+    students = [p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    if not students:
+        raise UsageError(f"{submissions}: expected one sub-directory per student, found none")
+    assignment = _assignment(args, layout)
+    reports = Path(args.reports) if args.reports else None
+    if reports:
+        reports.mkdir(parents=True, exist_ok=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("grading", total=len(students))
+
+        def done(row) -> None:
+            mark = "passed" if row.passed else "not passed"
+            progress.update(task, advance=1, description=f"graded {row.student}: {mark}")
+            if reports and row.report is not None:
+                (reports / f"{row.student}.json").write_text(row.report.model_dump_json(indent=2))
+
+        rows = grade_batch(submissions, layout=layout, assignment=assignment, policy=args.policy == "on", on_done=done)
+    write_csv(rows, Path(args.output))
+    passed = sum(r.passed for r in rows)
+    print(f"{len(rows)} submissions graded, {passed} passed; gradebook written to {args.output}")
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
     from grader.demo import run_demo
 
@@ -127,6 +194,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mutagrade {__version__}")
     parser.add_argument("--root", type=Path, help="the mutagrade checkout to use (default: this one)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    grade = commands.add_parser("grade", help="grade a student's test suite by the mutants it kills")
+    grade.add_argument("tests_dir", help="the folder of the student's test files")
+    grade.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    grade.add_argument("--output", help="write the report to this file instead of standard output")
+    grade.add_argument("--policy", choices=("on", "off"), default="on", help="off: trusted suites only (staff)")
+    grade.add_argument("--audience", choices=("student", "staff"), default="student",
+                       help="staff reports name hidden mutants")
+    grade.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    grade.add_argument("--jobs", type=int, default=None, help="children at a time (default: one per core)")
+    grade.set_defaults(run=_cmd_grade)
+
+    batch = commands.add_parser("grade-batch", help="grade every student's submission into a CSV gradebook")
+    batch.add_argument("submissions_dir", help="one sub-directory per student")
+    batch.add_argument("--output", required=True, help="the CSV gradebook to write")
+    batch.add_argument("--reports", help="also write each student's JSON report into this directory")
+    batch.add_argument("--policy", choices=("on", "off"), default="on")
+    batch.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    batch.set_defaults(run=_cmd_grade_batch)
 
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)
@@ -161,11 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = Layout(args.root.resolve()) if args.root else default_layout()
     try:
         return args.run(args, layout)
-    except (UsageError, ManifestError) as exc:
+    except (UsageError, ManifestError, GradingInputError, AssignmentError) as exc:
         print(f"mutagrade: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (``| head``): nothing left to say
+        return EXIT_OK
     except Exception:  # noqa: BLE001 - the last line of defence: say so, exit 3
         traceback.print_exc()
         print("mutagrade: internal error (see the traceback above)", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""``mutagrade demo``: the course tests on the reference, and the chapter's hand example."""
+"""``mutagrade demo``: the course tests on the reference, the chapter's hand example, and the
+bundled student suite graded by mutation."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import math
 
 import numpy as np
 
+from grader.assignment import load_assignment
 from grader.golden import load_implementation
+from grader.grading import grade_suite
 from grader.models import Outcome
 from grader.paths import Layout
+from grader.report import render
 from grader.runner import RunLimits, run_suites
 from grader.worker import WorkerRun
 
@@ -36,7 +40,8 @@ def hand_example(layout: Layout) -> tuple[float, float]:
 
 
 def run_demo(layout: Layout) -> int:
-    """Print the course tests' outcomes on the reference and the hand example; 0 if all pass."""
+    """The course tests on the reference, the hand example, then the bundled student's suite
+    graded by mutation; 0 if the course tests pass and the example is graded as passing."""
     source = layout.gru_source.read_text()
     [run] = run_suites(
         layout=layout,
@@ -62,4 +67,11 @@ def run_demo(layout: Layout) -> int:
     print(f"  h′ = 0.25 × n + 0.75 × 0.5 = {h_next:.6f}")
     print(f"  ∂h′/∂h = z + (1 − z)(1 − n²) r W_hn = {grad:.6f}")
     ok = passed == len(run.results) > 0 and not any(problems)
-    return 0 if ok else 1
+
+    tests = layout.examples / "student" / "python" / "tests" / "l3-3-gru"
+    print()
+    print(f"Grading the bundled student suite {tests.relative_to(layout.root)} by mutation:")
+    print()
+    report = grade_suite(tests, layout=layout, assignment=load_assignment(layout.assignment))
+    print(render(report, "text"))
+    return 0 if ok and report.passed else 1

@@ -8,9 +8,22 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Outcome", "SuiteRun", "TestOutcome"]
+__all__ = [
+    "REPORT_SCHEMA",
+    "JournalSummary",
+    "MutantVerdict",
+    "Outcome",
+    "PolicySummary",
+    "Report",
+    "Score",
+    "SuiteRun",
+    "TestOutcome",
+    "TestStatus",
+    "TestVerdict",
+    "Timing",
+]
 
 
 class Outcome(StrEnum):
@@ -63,3 +76,101 @@ class SuiteRun(BaseModel):
     @property
     def test_ids(self) -> list[str]:
         return [r.test_id for r in self.results]
+
+
+# ----------------------------------------------------------------------- the report
+REPORT_SCHEMA = "mutagrade.report/1"
+
+
+class TestStatus(StrEnum):
+    """Whether a student's test counts, and if not, why."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    VALID = "valid"  # passed on the reference (every run) and on every wheat
+    WRONG = "wrong"  # fails on the reference
+    FLAKY = "flaky"  # differs between the reference's runs
+    BRITTLE = "brittle"  # passes on the reference, fails on a correct implementation (a wheat)
+
+
+class TestVerdict(BaseModel):
+    """One student test: whether it counts, what it killed, and its outcome on each variant."""
+
+    __test__ = False
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    valid: bool
+    status: TestStatus
+    kills: list[str]  # mutant ids (or "hidden mutant N") this valid test killed, confirmed
+    reason: str = ""  # for an invalid test: which correct implementation it rejected, and why
+    outcomes: dict[str, Outcome] = {}  # variant id (as shown) -> first-run outcome
+
+
+class MutantVerdict(BaseModel):
+    """One mutant: killed or not, by which valid tests, and the hint when it survived."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # "hidden mutant N" for a hidden mutant in a student's report
+    title: str
+    required: bool
+    hidden: bool
+    killed: bool
+    killed_by: list[str]
+    hint: str = ""  # the pitfall, shown when no valid test kills it
+
+
+class Score(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kill_rate: float
+    killed: int
+    total: int
+    threshold: float
+    required: list[str]
+    required_missing: list[str]
+
+
+class JournalSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    checked: bool = False
+    ok: bool = True
+    problems: list[str] = []
+
+
+class PolicySummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool = True
+    checked: bool = True
+    violations: list[str] = []
+
+
+class Timing(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    total_s: float = 0.0
+    runs: int = 0  # suite runs, confirmations included
+    tests_s: float = 0.0  # time spent inside the tests themselves, summed over runs
+
+
+class Report(BaseModel):
+    """The whole result of grading one suite: every reporter renders this and nothing else."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+    schema_: str = Field(default=REPORT_SCHEMA, alias="schema")
+    submission: str
+    audience: str = "student"  # "student" hides hidden mutants; "staff" sees everything
+    passed: bool
+    reasons: list[str] = []  # why it did not pass, in words, first the most important
+    score: Score
+    tests: list[TestVerdict]
+    mutants: list[MutantVerdict]
+    variants: list[str]  # column order of the matrix: reference, wheats, mutants (as shown)
+    journal: JournalSummary = JournalSummary()
+    policy: PolicySummary = PolicySummary()
+    problems: list[str] = []  # collection errors, crashed runs: what went wrong while running
+    timing: Timing = Timing()

@@ -32,6 +32,10 @@ class Layout:
         return self.root / "mutants"
 
     @property
+    def assignment(self) -> Path:
+        return self.mutants / "assignment.toml"
+
+    @property
     def goldens(self) -> Path:
         return self.root / "fixtures" / "gru_torch.npz"
 

@@ -23,7 +23,7 @@ from grader.paths import Layout
 from grader.variants import Variant, VariantKind
 from grader.worker import WorkerJob, WorkerRun
 
-__all__ = ["Matrix", "RunLimits", "run_matrix", "run_suites"]
+__all__ = ["Matrix", "RunLimits", "WorkerProcess", "run_matrix", "run_suites"]
 
 FIRST_HASH_SEED = 1
 SECOND_HASH_SEED = 2
@@ -57,6 +57,85 @@ def _worker_env(hash_seed: int) -> dict[str, str]:
     return env
 
 
+class WorkerProcess:
+    """A worker started ahead of its job: it imports numpy, pytest and the reference while the
+    grader is still busy, then runs the job :meth:`run` sends it.
+
+    Args:
+        layout: where the reference package is.
+        tests_dir: the folder of test files.
+        hash_seed: ``PYTHONHASHSEED`` of the worker.
+        limits: time, memory and parallelism limits.
+    """
+
+    def __init__(self, *, layout: Layout, tests_dir: Path, hash_seed: int, limits: RunLimits) -> None:
+        self.layout = layout
+        self.tests_dir = tests_dir.resolve()
+        self.hash_seed = hash_seed
+        self.limits = limits
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "grader.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_worker_env(hash_seed),
+            cwd=str(self.tests_dir),
+            start_new_session=True,
+        )
+
+    def run(self, runs: Sequence[WorkerRun]) -> list[SuiteRun]:
+        """Send the job, wait for every result; results in the order asked.
+
+        A run the worker never reported (it crashed, it hung) comes back as a crashed run.
+        """
+        job = WorkerJob(
+            reference=str(self.layout.reference),
+            tests=str(self.tests_dir),
+            runs=list(runs),
+            hash_seed=self.hash_seed,
+            jobs=self.limits.jobs,
+            run_timeout=self.limits.run_timeout,
+            test_timeout=self.limits.test_timeout,
+            memory_bytes=self.limits.memory_bytes,
+        )
+        waves = -(-len(runs) // max(1, self.limits.jobs))
+        budget = self.limits.run_timeout * waves + 60.0
+        try:
+            stdout, stderr = self.process.communicate(job.model_dump_json().encode(), timeout=budget)
+            problem = f"the worker exited with status {self.process.returncode}"
+        except subprocess.TimeoutExpired:
+            stdout, stderr = b"", b""
+            problem = f"the worker passed its time limit of {budget:g} s"
+        finally:
+            self.close()
+
+        reported: dict[str, SuiteRun] = {}
+        for line in stdout.decode(errors="replace").splitlines():
+            try:
+                run = SuiteRun.model_validate_json(line)
+            except ValueError:
+                continue
+            reported.setdefault(run.variant, run)
+        detail = stderr.decode(errors="replace").strip().splitlines()[-1:] if stderr else []
+        return [
+            reported.get(run.variant)
+            or SuiteRun(
+                variant=run.variant,
+                hash_seed=self.hash_seed,
+                crashed=f"{problem} without reporting this run" + (f": {detail[0]}" if detail else ""),
+            )
+            for run in runs
+        ]
+
+    def close(self) -> None:
+        """Kill the worker's whole session, whatever it left running."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
 def run_suites(
     *,
     layout: Layout,
@@ -65,69 +144,9 @@ def run_suites(
     hash_seed: int,
     limits: RunLimits,
 ) -> list[SuiteRun]:
-    """Run each requested suite run in one worker process; results in the order asked.
-
-    Args:
-        layout: where the reference package is.
-        tests_dir: the folder of test files.
-        runs: the variant sources to run the suite against (and which tests, if not all).
-        hash_seed: ``PYTHONHASHSEED`` of the worker.
-        limits: time, memory and parallelism limits.
-
-    Returns:
-        One SuiteRun per requested run; a run the worker never reported is a crashed run.
-    """
-    job = WorkerJob(
-        reference=str(layout.reference),
-        tests=str(tests_dir.resolve()),
-        runs=list(runs),
-        hash_seed=hash_seed,
-        jobs=limits.jobs,
-        run_timeout=limits.run_timeout,
-        test_timeout=limits.test_timeout,
-        memory_bytes=limits.memory_bytes,
-    )
-    waves = -(-len(runs) // max(1, limits.jobs))
-    budget = limits.run_timeout * waves + 60.0
-    process = subprocess.Popen(
-        [sys.executable, "-m", "grader.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_worker_env(hash_seed),
-        cwd=str(tests_dir.resolve()),
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(job.model_dump_json().encode(), timeout=budget)
-        problem = f"the worker exited with status {process.returncode}"
-    except subprocess.TimeoutExpired:
-        stdout, stderr = b"", b""
-        problem = f"the worker passed its time limit of {budget:g} s"
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait()
-
-    reported: dict[str, SuiteRun] = {}
-    for line in stdout.decode(errors="replace").splitlines():
-        try:
-            run = SuiteRun.model_validate_json(line)
-        except ValueError:
-            continue
-        reported.setdefault(run.variant, run)
-    detail = stderr.decode(errors="replace").strip().splitlines()[-1:] if stderr else []
-    return [
-        reported.get(run.variant)
-        or SuiteRun(
-            variant=run.variant,
-            hash_seed=hash_seed,
-            crashed=f"{problem} without reporting this run" + (f": {detail[0]}" if detail else ""),
-        )
-        for run in runs
-    ]
+    """Run each requested suite run in one new worker process; results in the order asked."""
+    worker = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=hash_seed, limits=limits)
+    return worker.run(runs)
 
 
 @dataclass(frozen=True)
@@ -167,28 +186,31 @@ def run_matrix(
     Returns:
         The Matrix; ``second`` holds the reference's second run under ``"reference"``.
     """
-    first_runs = run_suites(
-        layout=layout,
-        tests_dir=tests_dir,
-        runs=[WorkerRun(variant=v.id, source=v.source) for v in variants],
-        hash_seed=FIRST_HASH_SEED,
-        limits=limits,
-    )
-    first = {run.variant: run for run in first_runs}
-    again: list[WorkerRun] = []
-    for variant in variants:
-        if variant.kind is VariantKind.REFERENCE:
-            again.append(WorkerRun(variant=variant.id, source=variant.source))
-            continue
-        if variant.kind is not VariantKind.MUTANT:
-            continue
-        run = first[variant.id]
-        failing = [r.test_id for r in run.results if r.outcome.kills]
-        if failing and not run.crashed:
-            again.append(WorkerRun(variant=variant.id, source=variant.source, select=failing))
-        elif failing:  # a crashed run is repeated whole: its missing tests need a second look
-            again.append(WorkerRun(variant=variant.id, source=variant.source))
-    second_runs = run_suites(
-        layout=layout, tests_dir=tests_dir, runs=again, hash_seed=SECOND_HASH_SEED, limits=limits
-    )
+    # Both workers start now; the second imports and configures while the first runs.
+    confirm = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED, limits=limits)
+    try:
+        first_runs = run_suites(
+            layout=layout,
+            tests_dir=tests_dir,
+            runs=[WorkerRun(variant=v.id, source=v.source) for v in variants],
+            hash_seed=FIRST_HASH_SEED,
+            limits=limits,
+        )
+        first = {run.variant: run for run in first_runs}
+        again: list[WorkerRun] = []
+        for variant in variants:
+            if variant.kind is VariantKind.REFERENCE:
+                again.append(WorkerRun(variant=variant.id, source=variant.source))
+                continue
+            if variant.kind is not VariantKind.MUTANT:
+                continue
+            run = first[variant.id]
+            failing = [r.test_id for r in run.results if r.outcome.kills]
+            if failing and not run.crashed:
+                again.append(WorkerRun(variant=variant.id, source=variant.source, select=failing))
+            elif failing:  # a crashed run is repeated whole: its missing tests need a second look
+                again.append(WorkerRun(variant=variant.id, source=variant.source))
+        second_runs = confirm.run(again)
+    finally:
+        confirm.close()
     return Matrix(first=first, second={run.variant: run for run in second_runs})

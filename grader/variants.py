@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import tomllib
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from grader.paths import Layout
+from grader.tomlfile import field_problems, read_toml
 
 __all__ = [
     "ManifestError",
@@ -87,12 +87,7 @@ def load_manifest(path: Path) -> list[VariantSpec]:
         ManifestError: on a TOML error, a missing or ill-typed field, a duplicate id, a
             mutant without ``caught_by``, or not exactly one reference entry.
     """
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no such manifest file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(path, "manifest", ManifestError)
     entries = data.get("variant")
     if not isinstance(entries, list) or not entries:
         raise ManifestError(f"{path}: expected [[variant]] entries, found none")
@@ -104,11 +99,7 @@ def load_manifest(path: Path) -> list[VariantSpec]:
         try:
             spec = VariantSpec.model_validate(entry)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"field {'.'.join(str(p) for p in err['loc']) or '(entry)'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise ManifestError(f"{label}: {problems}") from None
+            raise ManifestError(f"{label}: {field_problems(exc)}") from None
         if spec.kind is VariantKind.MUTANT and not spec.caught_by:
             raise ManifestError(f"{label}: field caught_by: a mutant must name the course tests that kill it")
         if spec.kind is VariantKind.MUTANT and not spec.pitfall.strip():

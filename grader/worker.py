@@ -21,9 +21,9 @@ import signal
 import sys
 import time
 import types
-from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from grader.models import Outcome, SuiteRun, TestOutcome
@@ -64,12 +64,19 @@ class _TestTimeout(BaseException):
 
 # ----------------------------------------------------------------------------- child
 class _Reporter:
-    """A pytest plugin, in the child, that writes each event as a JSON line to the pipe."""
+    """A pytest plugin that writes each event as a JSON line to the current child's pipe.
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    It is registered once, before the worker forks; each child sets ``fd`` (its own pipe)
+    and ``select`` (the node ids to run, or None for all) after the fork.
+    """
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.select: set[str] | None = None
 
     def send(self, **event: Any) -> None:
+        if self.fd is None:
+            return
         data = (json.dumps(event) + "\n").encode()
         view = memoryview(data)
         while view:
@@ -79,6 +86,15 @@ class _Reporter:
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
             self.send(collect_error=f"{report.nodeid or '(session)'}: {_short(report.longreprtext)}")
+
+    def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
+        if self.select is None:
+            return
+        kept = [item for item in items if item.nodeid in self.select]
+        dropped = [item for item in items if item.nodeid not in self.select]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
     def pytest_collection_finish(self, session: Any) -> None:
         self.send(collected=[item.nodeid for item in session.items])
@@ -109,24 +125,24 @@ class _Reporter:
             )
 
 
-def _timeout_wrapper(test_timeout: float) -> Any:
-    import pytest
+class _PerTestTimeout:
+    """A pytest plugin: a test body that runs past ``limit`` seconds is interrupted."""
 
-    class _PerTestTimeout:
-        @pytest.hookimpl(wrapper=True)
-        def pytest_runtest_call(self, item: Any) -> Any:
-            def _expire(signum: int, frame: Any) -> None:
-                raise _TestTimeout(f"test ran past its limit of {test_timeout:g} s")
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
 
-            previous = signal.signal(signal.SIGALRM, _expire)
-            signal.setitimer(signal.ITIMER_REAL, test_timeout)
-            try:
-                return (yield)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: Any) -> Any:
+        def _expire(signum: int, frame: Any) -> None:
+            raise _TestTimeout(f"test ran past its limit of {self.limit:g} s")
 
-    return _PerTestTimeout()
+        previous = signal.signal(signal.SIGALRM, _expire)
+        signal.setitimer(signal.ITIMER_REAL, self.limit)
+        try:
+            return (yield)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def _short(text: str) -> str:
@@ -153,35 +169,62 @@ def install_variant(source: str) -> types.ModuleType:
     return module
 
 
-def _child(job: WorkerJob, run: WorkerRun, fd: int) -> None:
-    """In the forked child: run the suite against one variant, report, and exit."""
-    import pytest
+class _Session:
+    """A pytest session configured once in the worker, then collected and run in each child.
 
-    os.setpgid(0, 0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for target in (0, 1, 2):
-        os.dup2(devnull, target)
-    reporter = _Reporter(fd)
-    try:
-        install_variant(run.source)
-    except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, not a crash
-        reporter.send(collect_error=f"{VARIANT_FILENAME}: the implementation does not import: {exc!r}"[:_MESSAGE_CAP])
-        reporter.send(done=True)
+    Configuring pytest (plugins, options, conftests) costs tens of milliseconds; doing it once
+    before forking leaves each child only the collection of the test files (importing them
+    with the child's variant installed) and the tests themselves.
+    """
+
+    def __init__(self, job: WorkerJob) -> None:
+        from _pytest.config import _prepareconfig
+        from _pytest.main import Session
+
+        self.reporter = _Reporter()
+        args = [
+            job.tests,
+            "-c", os.devnull,  # no ini file of the submission's is read
+            "--rootdir", job.tests,
+            "--import-mode=importlib",
+            "--capture=no",  # the child's output already goes nowhere
+            *(arg for name in _UNUSED_PLUGINS for arg in ("-p", f"no:{name}")),
+        ]
+        self.config = _prepareconfig(args, plugins=[self.reporter, _PerTestTimeout(job.test_timeout)])
+        self.config._do_configure()
+        self.session = Session.from_config(self.config)
+        self.session.exitstatus = 0
+        self.config.hook.pytest_sessionstart(session=self.session)
+
+    def run_in_child(self, run: WorkerRun, fd: int) -> None:
+        """In the forked child: run the suite against one variant, report, and exit."""
+        os.setpgid(0, 0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(devnull, target)
+        self.reporter.fd = fd
+        self.reporter.select = set(run.select) if run.select is not None else None
+        try:
+            install_variant(run.source)
+        except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, not a crash
+            self.reporter.send(collect_error=f"{VARIANT_FILENAME}: the implementation does not import: {exc!r}"[:_MESSAGE_CAP])
+            self.reporter.send(done=True)
+            os._exit(0)
+        hook = self.config.hook
+        try:
+            hook.pytest_collection(session=self.session)
+            hook.pytest_runtestloop(session=self.session)
+        except BaseException as exc:  # noqa: BLE001 - pytest.exit(), SystemExit outside a test, ...
+            self.reporter.send(collect_error=f"the run stopped early: {exc!r}"[:_MESSAGE_CAP])
+        self.reporter.send(done=True)
         os._exit(0)
-    tests = Path(job.tests)
-    targets = [str(tests / node) for node in run.select] if run.select else [str(tests)]
-    args = [
-        *targets,
-        "-c", os.devnull,
-        "--rootdir", str(tests),
-        "--import-mode=importlib",
-        "-p", "no:cacheprovider",
-        "-p", "no:randomly",
-        "-q",
-    ]
-    pytest.main(args, plugins=[reporter, _timeout_wrapper(job.test_timeout)])
-    reporter.send(done=True)
-    os._exit(0)
+
+
+# Plugins a grading run has no use for (they cost start-up time or write files).
+_UNUSED_PLUGINS = (
+    "cacheprovider", "terminal", "junitxml", "pastebin", "doctest", "faulthandler",
+    "legacypath", "nose", "stepwise", "lsof", "randomly",
+)
 
 
 # ---------------------------------------------------------------------------- worker
@@ -238,9 +281,12 @@ def _judge(job: WorkerJob, child: _Running, status: int) -> SuiteRun:
     for test_id in collected:
         if test_id in results:
             final.append(results[test_id])
-        else:
-            outcome = Outcome.TIMEOUT if child.timed_out else Outcome.MISSING
-            final.append(TestOutcome(test_id=test_id, outcome=outcome, message=crashed or "the test never reported"))
+        elif child.timed_out:
+            final.append(TestOutcome(test_id=test_id, outcome=Outcome.TIMEOUT, message=crashed))
+        elif crashed:  # the child died (os._exit, a signal) before this test reported
+            final.append(TestOutcome(test_id=test_id, outcome=Outcome.ERROR, message=crashed))
+        else:  # the child said it was done, yet never reported this test
+            final.append(TestOutcome(test_id=test_id, outcome=Outcome.MISSING, message="the test never reported"))
     return SuiteRun(
         variant=child.run.variant,
         hash_seed=job.hash_seed,
@@ -260,13 +306,13 @@ def _describe_status(status: int) -> str:
     return "the run ended before it finished"
 
 
-def _start(job: WorkerJob, run: WorkerRun) -> _Running:
+def _start(job: WorkerJob, session: _Session, run: WorkerRun) -> _Running:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         try:
             os.close(read_fd)
-            _child(job, run, write_fd)
+            session.run_in_child(run, write_fd)
         finally:
             os._exit(70)
     os.close(write_fd)
@@ -293,12 +339,13 @@ def serve(job: WorkerJob, out: Any) -> None:
     import tinyllm.random  # noqa: F401
     import tinyllm.rnn  # noqa: F401
 
+    session = _Session(job)
     pending = list(job.runs)
     running: dict[int, _Running] = {}
     selector = selectors.DefaultSelector()
     while pending or running:
         while pending and len(running) < max(1, job.jobs):
-            child = _start(job, pending.pop(0))
+            child = _start(job, session, pending.pop(0))
             running[child.fd] = child
             selector.register(child.fd, selectors.EVENT_READ, child)
         now = time.monotonic()
@@ -331,6 +378,13 @@ def serve(job: WorkerJob, out: Any) -> None:
 
 def main() -> None:
     """Entry point of ``python -m grader.worker``."""
+    # Import what every run needs before the job arrives: a worker started ahead of its job
+    # (grader.runner.WorkerProcess) is then ready the moment the job comes.
+    import _pytest.config  # noqa: F401
+    import _pytest.main  # noqa: F401
+    import _pytest.python  # noqa: F401
+    import numpy  # noqa: F401
+
     job = WorkerJob.model_validate_json(sys.stdin.buffer.read())
     resource.setrlimit(resource.RLIMIT_AS, (job.memory_bytes, job.memory_bytes))
     out = os.fdopen(os.dup(1), "w")

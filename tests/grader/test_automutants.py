@@ -95,12 +95,13 @@ def test_the_pool_round_trips_through_json(gru_cell_run, tmp_path):
     assert load_pool(checkout) == pool
     text = path.read_text(encoding="utf-8")
     write_pool(checkout, load_pool(checkout))
-    assert path.read_text(encoding="utf-8") == text  # stable bytes: a regenerated pool diffs cleanly
+    # Stable bytes, so a regenerated pool diffs cleanly.
+    assert path.read_text(encoding="utf-8") == text
 
 
 def test_the_committed_pool_was_made_from_the_current_reference():
     pool = load_pool(LAYOUT)
-    assert pool is not None, f"{pool_path(LAYOUT)} is missing; regenerate it (see grader.automutants)"
+    assert pool is not None, f"{pool_path(LAYOUT)} is missing; regenerate it (grader.automutants)"
     digest = hashlib.sha256(LAYOUT.gru_source.read_bytes()).hexdigest()
     assert pool.source_sha256 == digest, (
         f"{pool_path(LAYOUT)} was made from another gru.py; regenerate it with "
@@ -113,7 +114,9 @@ def test_the_committed_pool_was_made_from_the_current_reference():
 def test_a_reference_the_suite_fails_is_refused(tmp_path):
     # mutmut's clean run must pass before any mutant counts; a broken copy must raise, not score.
     for part in ("reference/tinyllm", "reference/tests", "fixtures"):
-        shutil.copytree(LAYOUT.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            LAYOUT.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__")
+        )
     broken = Layout(tmp_path)
     source = broken.gru_source.read_text(encoding="utf-8")
     wrong = source.replace("return (1 - z) * n + z * h", "return z * n + (1 - z) * h")

@@ -106,3 +106,71 @@ def test_golden_says_which_variants_match_torch(args):
     assert rows["w02"].endswith("matches torch")
     assert rows["s02"].endswith("differs")
     assert rows["s06"].endswith("matches torch")  # init mutants are invisible to torch's goldens
+
+
+EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+
+
+def test_grade_the_example_passes_with_exit_0_and_writes_the_github_summary(tmp_path):
+    summary = tmp_path / "summary.md"
+    env_done = subprocess.run(
+        [sys.executable, "-m", "grader.cli", "grade", str(EXAMPLE), "--format", "junit", "--output", str(tmp_path / "r.xml")],
+        capture_output=True, text=True, timeout=300, cwd=LAYOUT.root,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert env_done.returncode == 0, env_done.stderr
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    mutants = next(s for s in root.iter("testsuite") if s.get("name") == "mutagrade.mutants")
+    assert int(mutants.get("tests")) == 12 and int(mutants.get("failures")) == 0
+    assert "✅" in summary.read_text()
+
+
+def test_grade_a_weak_suite_is_exit_1_and_json_names_the_survivors(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_weak.py").write_text(
+        "from tinyllm.rnn.gru import GRU\n\ndef test_keys():\n    assert 'bias_hh_l0' in GRU(2, 3).state_dict()\n"
+    )
+    done = mutagrade("grade", str(tests), "--format", "json")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["schema"] == "mutagrade.report/1" and report["passed"] is False
+    assert report["score"]["killed"] == 0 and report["score"]["required_missing"] == ["s02"]
+    assert all(m["killed"] is False for m in report["mutants"])
+
+
+def test_grade_a_policy_violation_is_exit_2_with_file_and_line(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_sneaky.py").write_text("import numpy as np\n\n\ndef test_x():\n    np.load('/etc/passwd')\n")
+    done = mutagrade("grade", str(tests))
+    assert done.returncode == 2
+    assert "test_sneaky.py:5:" in done.stdout and "load" in done.stdout
+
+
+def test_grade_a_missing_directory_is_exit_2(tmp_path):
+    done = mutagrade("grade", str(tmp_path / "nope"))
+    assert done.returncode == 2
+    assert "no such directory of tests" in done.stderr
+
+
+def test_grade_batch_writes_a_gradebook_and_survives_a_broken_submission(tmp_path):
+    import csv
+    import shutil
+
+    subs = tmp_path / "subs"
+    shutil.copytree(LAYOUT.examples / "student", subs / "alice")
+    (subs / "bob").mkdir(parents=True)
+    (subs / "bob" / "test_bob.py").write_text("import os\n\ndef test_x():\n    assert os\n")
+    (subs / "carol").mkdir()  # nothing to grade
+    done = mutagrade("grade-batch", str(subs), "--output", str(tmp_path / "grades.csv"), "--reports", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert set(rows) == {"alice", "bob", "carol"}
+    assert rows["alice"]["passed"] == "yes" and rows["alice"]["killed"] == "12"
+    assert rows["bob"]["passed"] == "no" and "policy" in rows["bob"]["problems"]
+    assert rows["carol"]["passed"] == "no" and "found no Python file" in rows["carol"]["problems"]
+    assert json.loads((tmp_path / "r" / "alice.json").read_text())["passed"] is True
+    assert "3 submissions graded, 1 passed" in done.stdout

@@ -1,0 +1,59 @@
+"""The assignment's grading rules (threshold, validity, journal, limits), read from TOML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from grader.runner import RunLimits
+from grader.tomlfile import field_problems, read_toml
+
+__all__ = ["Assignment", "AssignmentError", "Limits", "load_assignment"]
+
+
+class AssignmentError(ValueError):
+    """The assignment file is missing or invalid; the message names the file and field."""
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test_timeout_s: float = Field(default=10.0, gt=0)
+    run_timeout_s: float = Field(default=120.0, gt=0)
+    memory_mb: int = Field(default=2048, ge=256)
+
+
+class Assignment(BaseModel):
+    """How a suite is graded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    threshold: float = Field(ge=0.0, le=1.0)
+    allow_invalid_tests: bool = False
+    require_journal: bool = False
+    limits: Limits = Limits()
+
+    def run_limits(self, jobs: int | None = None) -> RunLimits:
+        """The runner's limits for this assignment (``jobs`` children at a time, default: cores)."""
+        extra = {"jobs": jobs} if jobs else {}
+        return RunLimits(
+            run_timeout=self.limits.run_timeout_s,
+            test_timeout=self.limits.test_timeout_s,
+            memory_bytes=self.limits.memory_mb * 1024 * 1024,
+            **extra,
+        )
+
+
+def load_assignment(path: Path) -> Assignment:
+    """Read an assignment file.
+
+    Raises:
+        AssignmentError: if the file is missing, not TOML, or a field is missing or invalid.
+    """
+    data = read_toml(path, "assignment", AssignmentError)
+    try:
+        return Assignment.model_validate(data)
+    except ValidationError as exc:
+        raise AssignmentError(f"{path}: {field_problems(exc)}") from None

@@ -1,0 +1,119 @@
+"""Batch grading for staff: every student's submission in a folder, into one CSV gradebook.
+
+One sub-folder per student, holding either the test files at its root or a student repository
+with the tests under ``python/tests/l3-3-gru/``. One submission that cannot be graded (or that
+breaks the grader) is a row with its problem; it never stops the batch.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Callable, Iterable
+
+from pydantic import BaseModel
+
+from grader.assignment import Assignment
+from grader.grading import grade_suite
+from grader.models import Report
+from grader.paths import Layout
+
+__all__ = ["BatchRow", "STUDENT_TESTS", "find_tests", "grade_batch", "write_csv"]
+
+STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
+CSV_FIELDS = ("student", "passed", "kill_rate", "killed", "total", "missing_required", "problems")
+
+
+class BatchRow(BaseModel):
+    """One student's line of the gradebook."""
+
+    student: str
+    passed: bool
+    kill_rate: float
+    killed: int
+    total: int
+    missing_required: list[str]
+    problems: list[str]
+    report: Report | None = None
+
+
+def find_tests(submission: Path) -> Path:
+    """The folder of a submission's tests: ``python/tests/l3-3-gru`` if present, else itself."""
+    nested = submission / STUDENT_TESTS
+    return nested if nested.is_dir() else submission
+
+
+def _row(student: str, report: Report) -> BatchRow:
+    problems = list(report.reasons) + list(report.problems)
+    return BatchRow(
+        student=student,
+        passed=report.passed,
+        kill_rate=report.score.kill_rate,
+        killed=report.score.killed,
+        total=report.score.total,
+        missing_required=report.score.required_missing,
+        problems=problems,
+        report=report,
+    )
+
+
+def grade_batch(
+    submissions: Path,
+    *,
+    layout: Layout,
+    assignment: Assignment,
+    policy: bool = True,
+    audience: str = "staff",
+    on_done: Callable[[BatchRow], None] | None = None,
+) -> list[BatchRow]:
+    """Grade every sub-folder of ``submissions``, in name order.
+
+    Args:
+        submissions: one sub-folder per student, named after the student.
+        layout: the checkout (reference, mutants).
+        assignment: threshold, validity rules, limits.
+        policy: run the static policy check.
+        audience: whose view the reports take (staff by default).
+        on_done: called with each row as soon as it is graded (a progress bar).
+
+    Returns:
+        One row per student.
+    """
+    rows = []
+    for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            report = grade_suite(
+                find_tests(folder),
+                layout=layout,
+                assignment=assignment,
+                policy=policy,
+                audience=audience,
+                submission=folder.name,
+            )
+            row = _row(folder.name, report)
+        except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
+            row = BatchRow(
+                student=folder.name, passed=False, kill_rate=0.0, killed=0, total=0,
+                missing_required=[], problems=[f"could not be graded: {exc}"],
+            )
+        rows.append(row)
+        if on_done is not None:
+            on_done(row)
+    return rows
+
+
+def write_csv(rows: Iterable[BatchRow], path: Path) -> None:
+    """Write the gradebook: one line per student, problems joined by " | "."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_FIELDS)
+        for row in rows:
+            writer.writerow([
+                row.student,
+                "yes" if row.passed else "no",
+                f"{row.kill_rate:.4f}",
+                row.killed,
+                row.total,
+                " ".join(row.missing_required),
+                " | ".join(row.problems),
+            ])

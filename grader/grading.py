@@ -1,0 +1,114 @@
+"""Grading one student test suite, end to end: policy, runs, scoring, report.
+
+The phases (see ARCHITECTURE.md): check the files statically; build the variants; run the
+suite against all of them in the sandboxed worker (reference twice, failures on mutants
+confirmed); score; return one :class:`~grader.models.Report`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from grader.assignment import Assignment
+from grader.models import JournalSummary, PolicySummary, Report, Score, Timing
+from grader.paths import Layout
+from grader.policy import check_suite
+from grader.runner import run_matrix
+from grader.scoring import score_suite, shown_ids
+from grader.variants import VariantKind, build_variants
+
+__all__ = ["GradingInputError", "grade_suite"]
+
+
+class GradingInputError(ValueError):
+    """The submission cannot be graded at all (a bad path, no test files)."""
+
+
+def _check_dir(tests_dir: Path) -> Path:
+    if not tests_dir.exists():
+        raise GradingInputError(f"{tests_dir}: no such directory of tests")
+    if not tests_dir.is_dir():
+        raise GradingInputError(f"{tests_dir}: expected a directory of test files, found a file")
+    if not any(p.suffix == ".py" for p in tests_dir.rglob("*")):
+        raise GradingInputError(f"{tests_dir}: expected test files (test_*.py), found no Python file")
+    return tests_dir.resolve()
+
+
+def grade_suite(
+    tests_dir: Path,
+    *,
+    layout: Layout,
+    assignment: Assignment,
+    policy: bool = True,
+    journal: JournalSummary | None = None,
+    audience: str = "student",
+    jobs: int | None = None,
+    submission: str | None = None,
+) -> Report:
+    """Grade the test suite in ``tests_dir``.
+
+    Args:
+        tests_dir: the student's test files.
+        layout: the checkout (reference, mutants).
+        assignment: threshold, validity rules and limits.
+        policy: run the static policy check first (turn off only for trusted suites).
+        journal: the journal's verification, when one was checked.
+        audience: ``"student"`` hides hidden mutants, ``"staff"`` shows them.
+        jobs: children at a time (default: one per core).
+        submission: the name the report gives the submission (default: the path).
+
+    Returns:
+        The report. A policy violation gives a report with ``policy.ok`` false and nothing run.
+
+    Raises:
+        GradingInputError: if ``tests_dir`` is not a directory holding Python files.
+        ManifestError: if the variants cannot be built.
+    """
+    started = time.monotonic()
+    tests_dir = _check_dir(Path(tests_dir))
+    name = submission or str(tests_dir)
+    variants = build_variants(layout)
+    if policy:
+        violations = check_suite(tests_dir)
+        summary = PolicySummary(ok=not violations, checked=True, violations=[str(v) for v in violations])
+    else:
+        summary = PolicySummary(ok=True, checked=False)
+    if not summary.ok:
+        mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
+        names = shown_ids(variants, audience)
+        required = [names[m.id] for m in mutants if m.spec.required]
+        return Report(
+            submission=name,
+            audience=audience,
+            passed=False,
+            reasons=[f"the policy check failed ({len(summary.violations)} violation(s)): nothing was run"],
+            score=Score(
+                kill_rate=0.0, killed=0, total=len(mutants), threshold=assignment.threshold,
+                required=required,
+                required_missing=required,
+            ),
+            tests=[],
+            mutants=[],
+            variants=[],
+            policy=summary,
+            journal=journal or JournalSummary(),
+            timing=Timing(total_s=round(time.monotonic() - started, 3)),
+        )
+    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=assignment.run_limits(jobs))
+    runs = [*matrix.first.values(), *matrix.second.values()]
+    timing = Timing(
+        total_s=round(time.monotonic() - started, 3),
+        runs=len(runs),
+        tests_s=round(sum(r.duration for run in runs for r in run.results), 3),
+    )
+    return score_suite(
+        submission=name,
+        matrix=matrix,
+        variants=variants,
+        assignment=assignment,
+        audience=audience,
+        policy=summary,
+        journal=journal,
+        timing=timing,
+    )

@@ -1,0 +1,593 @@
+"""The policy step: a static check of a student's test suite, before any of it runs.
+
+Student tests may import only the two ``tinyllm`` interface modules, numpy, math, pytest and a
+few harmless standard modules (SPEC §3), and may not use names or attributes that reach behind
+that interface (SPEC §5 step 1). The check parses every ``.py`` file with :mod:`ast`; nothing is
+imported or run. It is a lint that keeps grading honest (a test must tell variants apart by
+their behaviour, not by their source or their module's globals); the sandbox, not this module,
+is what contains hostile code.
+
+Every string that Python would turn into an attribute look-up or into code defeats a static
+check, so besides the builtins that do it (``getattr``, ``eval``, ...) the helpers of the
+allowed modules that do the same (``operator.attrgetter``, ``typing.get_type_hints``,
+``pytest.importorskip``, ...) and the attributes through which an allowed module exposes
+another module (``dataclasses.builtins``, ``typing.types``) are rejected too.
+"""
+
+from __future__ import annotations
+
+import ast
+import codecs
+import io
+import re
+import sys
+import tokenize
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+__all__ = [
+    "DEFAULT_ALLOWED_IMPORTS",
+    "PolicyConfig",
+    "Violation",
+    "check_source",
+    "check_suite",
+]
+
+DEFAULT_ALLOWED_IMPORTS: tuple[str, ...] = (
+    "tinyllm.rnn.gru",
+    "tinyllm.autograd.tensor",
+    "numpy",
+    # Imports name exact modules; these three submodules are the harmless parts of numpy
+    # that tests import directly (`from numpy.testing import assert_allclose`).
+    "numpy.random",
+    "numpy.linalg",
+    "numpy.testing",
+    "math",
+    "pytest",
+    "itertools",
+    "functools",
+    "dataclasses",
+    "typing",
+    "collections",
+    "collections.abc",
+    "fractions",
+    "decimal",
+    "statistics",
+    "operator",
+    "enum",
+    "string",
+    "cmath",
+    "random",
+    "copy",
+)
+
+# ---------------------------------------------------------------------------- the reasons
+_WHY_DYNAMIC = (
+    "it runs code from a string or looks names up at run time, so it could reach anything "
+    "behind the tinyllm interface"
+)
+_WHY_INTERNALS = (
+    "it reaches the interpreter, the operating system or the debugger; test only what "
+    "tinyllm.rnn.gru and tinyllm.autograd.tensor offer"
+)
+_WHY_IO = "student tests may not read or write files or the console"
+_WHY_PLUGINS = "a test file may not load pytest plugins"
+_WHY_DUNDER_NAME = (
+    "dunder names other than __name__ (like __file__ or __builtins__) reach into the "
+    "interpreter; test only what the tinyllm interface offers"
+)
+_WHY_DUNDER_ATTRIBUTE = (
+    "dunder attributes (like __class__, __code__ or __globals__) reach behind the tinyllm "
+    "interface; test only what it offers"
+)
+_WHY_PRIVATE = (
+    "attributes and names starting with '_' are private to their module; test only the "
+    "public interface"
+)
+_WHY_OTHER_MODULE = (
+    "it is another module reached through an attribute, and student tests may use only the "
+    "modules they may import"
+)
+_WHY_FILES = (
+    "student tests may not read or write files or call foreign code (numpy's load, save, "
+    "fromfile, memmap, lib, ctypeslib, ..., tofile and file methods such as read_text)"
+)
+_WHY_RUNNERS = "it runs pytest, a test suite or code from a string inside a test"
+_WHY_PYTEST_INTERNALS = (
+    "it reaches pytest's configuration, session or plugins, which a test must not change"
+)
+_WHY_FRAMES = (
+    "frames, tracebacks and their printouts expose the implementation's source and "
+    "variables; check the exception's type and message instead"
+)
+_WHY_FIXTURE = (
+    "this fixture reaches files, the pytest configuration or other modules, which GRU tests "
+    "never need"
+)
+_WHY_HOOK = (
+    "a test file may not define pytest hooks (functions named pytest_*): they change how "
+    "pytest runs the grading"
+)
+_WHY_RELATIVE = "relative imports load other files; keep each test file self-contained"
+_WHY_STAR = "a star import hides which names a test uses; import the names you need"
+_WHY_CONFTEST = (
+    "a conftest.py configures pytest for the whole directory; a submission holds test "
+    "files only"
+)
+_WHY_LINK = "a submission may not hold links; put the file itself in the suite"
+_WHY_SPECIAL = "a submission may hold only regular files and directories"
+_WHY_SYNTAX = "Python cannot parse this file, so pytest could not collect it"
+_WHY_NOT_UTF8 = "test files must be saved as UTF-8 text"
+_WHY_ENCODING = (
+    "test files must be UTF-8; Python would read this file differently from this check"
+)
+_WHY_TOO_DEEP = "Python cannot compile expressions nested this deeply; simplify them"
+
+# Names that are rejected in any role: read, assigned, deleted or imported.
+_NAME_RULES: tuple[tuple[frozenset[str], str], ...] = (
+    (
+        frozenset(
+            {
+                "eval", "exec", "compile", "getattr", "setattr", "delattr", "globals",
+                "locals", "vars", "__import__", "__builtins__",
+            }
+        ),
+        _WHY_DYNAMIC,
+    ),
+    (
+        frozenset(
+            {"inspect", "sys", "os", "importlib", "breakpoint", "help", "memoryview"}
+        ),
+        _WHY_INTERNALS,
+    ),
+    (frozenset({"open", "input"}), _WHY_IO),
+    (frozenset({"pytest_plugins"}), _WHY_PLUGINS),
+)
+
+# `eval` and `input` are fine after a dot: `module.eval()` is part of the contract, and
+# neither reaches the builtin through an attribute without `builtins`, which is rejected.
+_ATTRIBUTE_NAMES_ALLOWED = frozenset({"eval", "input"})
+
+# The modules that an allowed module (numpy's public submodules included) holds as public
+# attributes, found by walking them (the walk also finds `abc` and `numbers`, which hold
+# abstract base classes only and stay allowed); tests/grader/test_policy.py repeats the walk,
+# so a new numpy or Python that exposes another module fails a test until it is listed here.
+# The rest are the obvious gateways, listed before anything exposes them.
+_MODULE_ATTRIBUTES = frozenset(
+    {
+        # found by the walk
+        "bltns", "builtins", "contextlib", "extbuild", "keyword", "pathlib", "re",
+        "stdlib_re", "subprocess", "sysconfig", "textwrap", "types", "warnings",
+        # gateways, in case a later version exposes them
+        "ast", "ctypes", "cffi", "gc", "io", "linecache", "marshal", "pickle", "runpy",
+        "shutil", "socket", "tempfile", "threading",
+    }
+)
+
+_ATTRIBUTE_RULES: tuple[tuple[frozenset[str], str], ...] = (
+    (_MODULE_ATTRIBUTES, _WHY_OTHER_MODULE),
+    (
+        frozenset(
+            {
+                # numpy's file and foreign-function entry points
+                "load", "save", "savez", "savez_compressed", "savetxt", "fromfile", "memmap",
+                "loadtxt", "genfromtxt", "fromregex", "ctypeslib", "lib", "f2py", "DataSource",
+                "tofile", "dump", "temppath", "tempdir",
+                # what a pathlib.Path (from a fixture) reads and writes with
+                "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob",
+                "rglob", "mkdir", "rmdir", "unlink", "touch", "rename", "chmod",
+                "symlink_to", "hardlink_to",
+            }
+        ),
+        _WHY_FILES,
+    ),
+    (
+        frozenset(
+            {
+                # attribute look-ups and annotation evaluation by string, in allowed modules
+                "attrgetter", "methodcaller", "Formatter", "get_type_hints", "singledispatch",
+                "singledispatchmethod", "wraps", "update_wrapper",
+            }
+        ),
+        _WHY_DYNAMIC,
+    ),
+    (
+        frozenset(
+            {
+                # pytest's and numpy's runners: they import modules or run code by name
+                "main", "console_main", "cmdline", "importorskip", "register_assert_rewrite",
+                "freeze_includes", "set_trace", "test", "runstring", "measure", "rundocs",
+                "Pytester", "Testdir", "MonkeyPatch", "TempPathFactory", "TempdirFactory",
+                "Cache",
+            }
+        ),
+        _WHY_RUNNERS,
+    ),
+    (
+        frozenset(
+            {"Config", "PytestPluginManager", "config", "pluginmanager", "session", "node",
+             "getfixturevalue", "fspath"}
+        ),
+        _WHY_PYTEST_INTERNALS,
+    ),
+    (
+        frozenset(
+            {
+                "getrepr", "traceback", "tb", "frame", "f_back", "f_builtins", "f_code",
+                "f_globals", "f_locals", "gi_code", "gi_frame", "cr_code", "cr_frame",
+                "ag_code", "ag_frame", "tb_frame", "tb_next",
+            }
+        ),
+        _WHY_FRAMES,
+    ),
+)
+
+# Fixtures a test function or fixture may not request (`def test_x(tmp_path): ...`).
+_FIXTURES = frozenset(
+    {
+        "pytestconfig", "monkeypatch", "pytester", "testdir", "tmp_path", "tmp_path_factory",
+        "tmpdir", "tmpdir_factory", "cache", "record_property", "record_xml_attribute",
+        "record_testsuite_property",
+    }
+)
+
+_HOOK_PREFIX = "pytest_"
+_DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+# The line breaks Python's tokenizer knows; str.splitlines also splits on \f, \v, \x1c, ...
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_UTF8 = frozenset({"utf-8", "utf-8-sig"})
+
+
+# ---------------------------------------------------------------------------- the models
+class Violation(BaseModel):
+    """One broken rule: where it is (a path relative to the suite, 1-based line, 0-based
+    column), what was found and why it is not allowed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    line: int
+    col: int
+    what: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.what}, {self.why}"
+
+
+class PolicyConfig(BaseModel):
+    """What a suite may import: exact module names (``numpy`` does not allow ``numpy.lib``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    allowed_imports: tuple[str, ...] = DEFAULT_ALLOWED_IMPORTS
+
+    @field_validator("allowed_imports")
+    @classmethod
+    def _dotted_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [name for name in value if not _DOTTED_NAME.match(name)]
+        if bad:
+            raise ValueError(f"allowed_imports must hold dotted module names, got {bad}")
+        return value
+
+
+# ---------------------------------------------------------------------------- public API
+def check_suite(tests_dir: Path, config: PolicyConfig = PolicyConfig()) -> list[Violation]:
+    """Check every file under ``tests_dir``, recursively, without following links.
+
+    ``.py`` files are parsed and checked; other files are ignored; a ``conftest.py``, a link
+    or a special file (fifo, device, socket) anywhere is a violation.
+
+    Args:
+        tests_dir: the submitted suite.
+        config: what the suite may import.
+
+    Returns:
+        The violations, sorted by path, line and column; empty when the suite is clean.
+
+    Raises:
+        ValueError: if ``tests_dir`` is not a directory.
+    """
+    tests_dir = Path(tests_dir)
+    if not tests_dir.is_dir():
+        raise ValueError(f"tests_dir must be a directory, got {str(tests_dir)!r}")
+    violations: list[Violation] = []
+    for entry in _walk(tests_dir):
+        violations.extend(_check_entry(entry, entry.relative_to(tests_dir).as_posix(), config))
+    return _sorted(violations)
+
+
+def check_source(
+    source: str, path: str, config: PolicyConfig = PolicyConfig()
+) -> list[Violation]:
+    """Check the text of one test file (the file's name is not checked: see ``check_suite``).
+
+    Args:
+        source: the file's text.
+        path: the name violations carry, relative to the suite.
+        config: what the file may import.
+
+    Returns:
+        The violations, sorted by line and column; empty when the file is clean.
+    """
+    source = source.removeprefix("\ufeff")  # a byte-order mark, as Python drops it
+    if "\x00" in source:  # the parser rejects these without saying where
+        line, col = _char_position(source, source.index("\x00"))
+        return [Violation(path=path, line=line, col=col, what="null byte", why=_WHY_SYNTAX)]
+    encoding = _declared_encoding(source)
+    if encoding not in _UTF8:
+        return [Violation(path=path, line=1, col=0, what=f"encoding declaration {encoding!r}",
+                          why=_WHY_ENCODING)]
+    try:
+        tree = ast.parse(source, filename=path)
+        return _sorted(_Checker(path=path, source=source, config=config).check(tree))
+    except SyntaxError as error:
+        return [_syntax_violation(path, error)]
+    except RecursionError:
+        return [Violation(path=path, line=1, col=0, what="expressions nested too deeply",
+                          why=_WHY_TOO_DEEP)]
+
+
+# ---------------------------------------------------------------------------- files
+def _walk(directory: Path) -> list[Path]:
+    """Every entry below ``directory``; links are listed, never followed."""
+    # A stack, not recursion: an uploaded tree may nest deeper than Python's recursion limit.
+    entries: list[Path] = []
+    pending = [directory]
+    while pending:
+        for entry in pending.pop().iterdir():
+            entries.append(entry)
+            if not entry.is_symlink() and entry.is_dir():
+                pending.append(entry)
+    return entries
+
+
+def _check_entry(entry: Path, rel: str, config: PolicyConfig) -> list[Violation]:
+    # Order matters: is_dir and is_file follow links, so the link test comes first.
+    if entry.is_symlink():
+        return [Violation(path=rel, line=1, col=0, what="symbolic link", why=_WHY_LINK)]
+    if entry.is_dir():
+        return []
+    if not entry.is_file():
+        return [Violation(path=rel, line=1, col=0, what="special file", why=_WHY_SPECIAL)]
+    if entry.suffix != ".py":
+        return []
+    violations = []
+    if entry.name == "conftest.py":
+        violations.append(Violation(path=rel, line=1, col=0, what="conftest.py",
+                                    why=_WHY_CONFTEST))
+    data = entry.read_bytes()
+    try:
+        # utf-8-sig: Python accepts a byte-order mark at the start of a source file.
+        source = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        # Everything before the first bad byte decodes, so its end is the bad byte's place.
+        valid = data[: error.start].decode("utf-8-sig")
+        line, col = _char_position(valid, len(valid))
+        violations.append(Violation(path=rel, line=line, col=col, what="file is not UTF-8",
+                                    why=_WHY_NOT_UTF8))
+        return violations
+    return violations + check_source(source, rel, config)
+
+
+def _char_position(source: str, index: int) -> tuple[int, int]:
+    """Line and column of character ``index``."""
+    before = _LINE_BREAK.split(source[:index])
+    return len(before), len(before[-1])
+
+
+def _declared_encoding(source: str) -> str:
+    """The encoding a PEP 263 comment declares (utf-8 without one), as Python names it.
+
+    Python reads a file's bytes in the declared encoding, so a file that is valid UTF-8 but
+    declares, say, utf-7 runs code this check never saw.
+    """
+    head = "\n".join(_LINE_BREAK.split(source, maxsplit=2)[:2]) + "\n"
+    try:
+        declared, _ = tokenize.detect_encoding(io.BytesIO(head.encode("utf-8")).readline)
+    except SyntaxError:  # an unknown encoding, or one that contradicts a byte-order mark
+        return "unknown"
+    return codecs.lookup(declared).name
+
+
+def _syntax_violation(path: str, error: SyntaxError) -> Violation:
+    # SyntaxError's offset counts characters from 1; ast's columns count from 0.
+    return Violation(
+        path=path,
+        line=error.lineno or 1,
+        col=max((error.offset or 1) - 1, 0),
+        what=f"syntax error: {error.msg}",
+        why=_WHY_SYNTAX,
+    )
+
+
+def _sorted(violations: list[Violation]) -> list[Violation]:
+    return sorted(violations, key=lambda v: (v.path, v.line, v.col, v.what))
+
+
+# ---------------------------------------------------------------------------- the rules
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _rule_why(name: str, rules: tuple[tuple[frozenset[str], str], ...]) -> str | None:
+    return next((why for names, why in rules if name in names), None)
+
+
+def _name_why(name: str, ctx: ast.expr_context) -> str | None:
+    """Why a bare name may not be used here, or None."""
+    why = _rule_why(name, _NAME_RULES)
+    if why is None and _is_dunder(name) and name != "__name__" and not isinstance(ctx, ast.Store):
+        # Assigning a dunder (`__slots__ = ...` in a class) reveals nothing; reading one does.
+        why = _WHY_DUNDER_NAME
+    return why
+
+
+def _attribute_why(name: str) -> str | None:
+    """Why ``x.<name>`` (or ``from m import <name>``) is not allowed, or None."""
+    if _is_dunder(name):
+        return _WHY_DUNDER_ATTRIBUTE
+    if name.startswith("_"):
+        return _WHY_PRIVATE
+    if name not in _ATTRIBUTE_NAMES_ALLOWED:
+        why = _rule_why(name, _NAME_RULES)
+        if why is not None:
+            return why
+    return _rule_why(name, _ATTRIBUTE_RULES)
+
+
+def _import_why(allowed: tuple[str, ...]) -> str:
+    """The reason for a rejected import, naming what the configuration allows."""
+    # numpy.random is implied by numpy: list only the modules whose parent is not listed.
+    tops = [m for m in allowed if m.rpartition(".")[0] not in allowed]
+    standard = [m for m in tops if m.partition(".")[0] in sys.stdlib_module_names]
+    others = [m for m in tops if m not in standard]
+    parts = [", ".join(others)] if others else []
+    if standard:
+        parts.append(f"the standard modules {', '.join(standard)}")
+    return f"student tests may import only {' and '.join(parts)}"
+
+
+class _Checker(ast.NodeVisitor):
+    """Collects the violations of one parsed file."""
+
+    def __init__(self, *, path: str, source: str, config: PolicyConfig) -> None:
+        self._path = path
+        self._lines = _LINE_BREAK.split(source)
+        self._allowed = config.allowed_imports
+        self._why_import = _import_why(config.allowed_imports)
+        self._violations: list[Violation] = []
+        # `import tinyllm.rnn.gru` binds `tinyllm`, whose other attributes are off limits.
+        self._partial_roots: frozenset[str] = frozenset()
+        self._parents: dict[ast.AST, ast.AST] = {}
+
+    def check(self, tree: ast.Module) -> list[Violation]:
+        self._partial_roots = self._find_partial_roots(tree)
+        if self._partial_roots:
+            self._parents = {
+                child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
+            }
+        self.visit(tree)
+        return self._violations
+
+    # -- imports
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name not in self._allowed:
+                self._add(node, f"import of {alias.name!r}", self._rejected_why(alias.name))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level:
+            prefix = "." * node.level + (f"{module}." if module else "")
+            for alias in node.names:
+                self._add(node, f"relative import of {prefix + alias.name!r}", _WHY_RELATIVE)
+            return
+        if module == "__future__":  # compiler directives, not a module the test can use
+            return
+        for alias in node.names:
+            self._check_imported_name(node, module, alias.name)
+
+    def _check_imported_name(self, node: ast.ImportFrom, module: str, name: str) -> None:
+        if name == "*":
+            self._add(node, f"star import from {module!r}", _WHY_STAR)
+        elif f"{module}.{name}" in self._allowed:  # from tinyllm.rnn import gru
+            return
+        elif module not in self._allowed:
+            self._add(node, f"import of '{module}.{name}'", self._rejected_why(module))
+        elif (why := _attribute_why(name)) is not None:
+            self._add(node, f"import of {name!r} from {module!r}", why)
+
+    def _rejected_why(self, module: str) -> str:
+        """The most telling reason: `numpy.lib` is about files, `os` about the allowlist."""
+        parts = module.split(".")
+        if parts[0] in self._allowed:
+            for part in parts[1:]:
+                if (why := _attribute_why(part)) is not None:
+                    return why
+        return self._why_import
+
+    def _find_partial_roots(self, tree: ast.Module) -> frozenset[str]:
+        roots = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.partition(".")[0]
+                    # A rejected import is reported once, at the import; no need to chase it.
+                    bound_root = alias.asname is None and top not in self._allowed
+                    if bound_root and alias.name in self._allowed:
+                        roots.add(top)
+        return frozenset(roots)
+
+    # -- names and attributes
+    def visit_Name(self, node: ast.Name) -> None:
+        why = _name_why(node.id, node.ctx)
+        if why is not None:
+            self._add(node, f"use of {node.id!r}", why)
+        elif node.id in self._partial_roots and isinstance(node.ctx, ast.Load):
+            self._check_partial_root(node)
+
+    def _check_partial_root(self, node: ast.Name) -> None:
+        """`tinyllm.rnn.gru.GRU` is fine after `import tinyllm.rnn.gru`; `tinyllm.nn` is not."""
+        parts = [node.id]
+        current: ast.AST = node
+        while isinstance(parent := self._parents.get(current), ast.Attribute):
+            parts.append(parent.attr)
+            current = parent
+        under = [m for m in self._allowed if m.startswith(f"{node.id}.")]
+        for end in range(1, len(parts) + 1):
+            dotted = ".".join(parts[:end])
+            if dotted in under:
+                return
+            if not any(m.startswith(f"{dotted}.") for m in under) or end == len(parts):
+                why = f"student tests may use only {' and '.join(under)} of {node.id}"
+                self._add(node, f"use of {dotted!r}", why)
+                return
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        why = _attribute_why(node.attr)
+        if why is not None:
+            self._add_attribute(node, why)
+        self.generic_visit(node)
+
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        # `case object(load=f)` reads the attribute `load`, as `getattr` would.
+        for name in node.kwd_attrs:
+            why = _attribute_why(name)
+            if why is not None:
+                self._add(node, f"attribute {name!r} in a class pattern", why)
+        self.generic_visit(node)
+
+    # -- pytest
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if node.name.startswith(_HOOK_PREFIX):
+            self._add(node, f"pytest hook {node.name!r}", _WHY_HOOK)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_arg(self, node: ast.arg) -> None:
+        if node.arg in _FIXTURES:
+            self._add(node, f"pytest fixture {node.arg!r}", _WHY_FIXTURE)
+        self.generic_visit(node)
+
+    # -- positions
+    def _add(self, node: ast.stmt | ast.expr | ast.arg | ast.pattern, what: str, why: str) -> None:
+        self._append(node.lineno, self._char_col(node.lineno, node.col_offset), what, why)
+
+    def _add_attribute(self, node: ast.Attribute, why: str) -> None:
+        # Point at the attribute's name, which ends the node, not at the start of `a.b.c`.
+        line, end = node.end_lineno or node.lineno, node.end_col_offset or node.col_offset
+        start = max(end - len(node.attr.encode("utf-8")), 0)
+        self._append(line, self._char_col(line, start), f"attribute {node.attr!r}", why)
+
+    def _append(self, line: int, col: int, what: str, why: str) -> None:
+        self._violations.append(Violation(path=self._path, line=line, col=col, what=what, why=why))
+
+    def _char_col(self, line: int, byte_col: int) -> int:
+        """ast counts columns in UTF-8 bytes; people count characters."""
+        text = self._lines[line - 1] if 0 < line <= len(self._lines) else ""
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))

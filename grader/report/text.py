@@ -1,0 +1,233 @@
+"""The plain-text report, written for a student reading it at 2 a.m.: the verdict comes first.
+
+Order: verdict and reasons, score, kill matrix (with its legend and each test's status), the
+mutants that survived with their hints, invalid tests with why, then policy, journal, run
+problems and timing. Plain ASCII symbols, so it reads the same in any terminal or log.
+"""
+
+from __future__ import annotations
+
+from grader.models import Outcome, Report, TestStatus, TestVerdict
+from grader.report._common import (
+    invalid_tests,
+    kills_needed,
+    mutant_columns,
+    mutant_name,
+    percent,
+    printable,
+    surviving,
+    verdict_word,
+)
+
+__all__ = ["SYMBOLS", "render_text"]
+
+LINE_WIDTH = 100
+SYMBOLS: dict[Outcome, str] = {
+    Outcome.PASSED: ".",
+    Outcome.FAILED: "F",
+    Outcome.ERROR: "E",
+    Outcome.TIMEOUT: "T",
+    Outcome.MISSING: "?",
+    Outcome.SKIPPED: "s",
+}
+NOT_RUN = "-"
+_LEGEND = (
+    "Legend: . passed   F failed   E error in set-up/tear-down   T time-out   ? no result (died)",
+    "        s skipped   - not run.  On a mutant column anything but . and s means the test caught",
+    "        it -- but only valid tests count.  Last row: did any valid test kill this mutant?",
+)
+_STATUS_WIDTH = max(len(s.value) for s in TestStatus)
+_MIN_CELL = 3  # wide enough for the "yes"/"NO" of the last row
+_MIN_LABEL = 16  # below this a test label says nothing; let the line run long instead
+
+
+def render_text(report: Report) -> str:
+    """Render the report as plain text.
+
+    Args:
+        report: the graded suite.
+
+    Returns:
+        The text, ending with a newline.
+    """
+    out: list[str] = []
+    out.append(f"mutagrade report for {report.submission} (audience: {report.audience})")
+    out.append("")
+    out.append(f"VERDICT: {verdict_word(report)}")
+    out.extend(f"  - {reason}" for reason in report.reasons)
+    out.append("")
+    out.extend(_score_lines(report))
+    out.append("")
+    out.extend(_matrix_lines(report))
+    out.extend(_survivor_lines(report))
+    out.extend(_invalid_lines(report))
+    out.extend(_checks_lines(report))
+    t = report.timing
+    out.append(
+        f"Timing: {t.total_s:.1f} s in total, {t.runs} suite runs, "
+        f"{t.tests_s:.1f} s inside the tests"
+    )
+    # Student test ids and crash messages may carry terminal escapes; show them, do not obey them.
+    return printable("\n".join(out) + "\n")
+
+
+def _score_lines(report: Report) -> list[str]:
+    s = report.score
+    lines = [
+        f"Score: {percent(s.kill_rate)} of mutants killed ({s.killed}/{s.total}); "
+        f"threshold {percent(s.threshold)} (at least {kills_needed(s)}/{s.total})"
+    ]
+    if not s.required:
+        lines.append("Required mutants: none")
+    elif s.required_missing:
+        missing = ", ".join(s.required_missing)
+        lines.append(f"Required mutants: {', '.join(s.required)} -- NOT KILLED: {missing}")
+    else:
+        lines.append(f"Required mutants: {', '.join(s.required)} -- all killed")
+    valid = sum(t.valid for t in report.tests)
+    lines.append(f"Tests: {valid} of {len(report.tests)} valid")
+    return lines
+
+
+# ------------------------------------------------------------------------ the matrix
+def _column_labels(variants: list[str]) -> list[str]:
+    """Short column labels: ids of up to 5 characters stay, longer ones are abbreviated.
+
+    ``reference`` -> ``ref``, ``hidden mutant 3`` -> ``hm3``; a clash or a label still too
+    long falls back to ``c<n>``. The key under the matrix spells out every abbreviation.
+    """
+    labels: list[str] = []
+    for n, variant in enumerate(variants, start=1):
+        if len(variant) <= 5:
+            labels.append(variant)
+            continue
+        words = variant.split()
+        label = (
+            "".join(w if w.isdigit() else w[0] for w in words) if len(words) > 1 else variant[:3]
+        )
+        if len(label) > 5 or label in labels or label in variants:
+            label = f"c{n}"
+        labels.append(label)
+    return labels
+
+
+def _row_labels(tests: list[TestVerdict], width: int) -> tuple[list[str], bool]:
+    """Test labels that fit ``width``; numbered and shortened (with a key) when ids do not fit."""
+    ids = [t.id for t in tests]
+    if all(len(i) <= width for i in ids):
+        return ids, False
+    digits = len(str(len(ids)))
+    room = max(width, _MIN_LABEL) - digits - 1
+    labels = []
+    for n, test_id in enumerate(ids, start=1):
+        short = test_id.rsplit("::", 1)[-1]  # the file is in the key; the name is what you know
+        if len(short) > room:
+            short = short[: room - 3] + "..."
+        labels.append(f"{n:>{digits}} {short}")
+    return labels, True
+
+
+def _matrix_lines(report: Report) -> list[str]:
+    if not report.tests:
+        return ["Kill matrix: no tests were collected.", ""]
+    mutants = mutant_columns(report)
+    labels = _column_labels(report.variants)
+    widths = [max(_MIN_CELL, len(label)) for label in labels]
+    # A bar wherever the columns change between correct implementations and mutants.
+    bars = [
+        i > 0 and ((report.variants[i - 1] in mutants) != (v in mutants))
+        for i, v in enumerate(report.variants)
+    ]
+
+    def cells(values: list[str]) -> str:
+        parts = []
+        for value, width, bar in zip(values, widths, bars, strict=True):
+            parts.append(("| " if bar else "") + value.center(width))
+        return " ".join(parts)
+
+    grid_width = len(cells(labels))
+    room = LINE_WIDTH - grid_width - _STATUS_WIDTH - 4
+    row_labels, keyed = _row_labels(report.tests, room)
+    label_width = max(len("test"), *(len(label) for label in row_labels))
+
+    lines = ["Kill matrix (rows: tests; columns: reference and correct variants | mutants)"]
+    lines.append(f"{'test':<{label_width}}  {'status':<{_STATUS_WIDTH}}  {cells(labels)}".rstrip())
+    for label, test in zip(row_labels, report.tests, strict=True):
+        status = test.status.value if test.valid else test.status.value.upper()
+        symbols = [
+            SYMBOLS[test.outcomes[v]] if v in test.outcomes else NOT_RUN for v in report.variants
+        ]
+        lines.append(
+            f"{label:<{label_width}}  {status:<{_STATUS_WIDTH}}  {cells(symbols)}".rstrip()
+        )
+    killed = {m.id: m.killed for m in report.mutants}
+    footer = [("yes" if killed[v] else "NO") if v in killed else "" for v in report.variants]
+    lines.append(f"{'killed?':<{label_width}}  {'':<{_STATUS_WIDTH}}  {cells(footer)}".rstrip())
+    lines.extend(_LEGEND)
+
+    abbreviated = [
+        f"{lab} = {v}" for lab, v in zip(labels, report.variants, strict=True) if lab != v
+    ]
+    if abbreviated:
+        lines.append("Columns: " + ", ".join(abbreviated))
+    if keyed:
+        lines.append("Tests:")
+        digits = len(str(len(report.tests)))
+        lines.extend(f"  {n:>{digits}}  {t.id}" for n, t in enumerate(report.tests, start=1))
+    lines.append("")
+    return lines
+
+
+# ------------------------------------------------------------------- the rest, in order
+def _survivor_lines(report: Report) -> list[str]:
+    survivors = surviving(report)
+    if not report.mutants:
+        return ["Mutants: none to kill.", ""]
+    if not survivors:
+        return [f"Surviving mutants: none -- all {len(report.mutants)} killed.", ""]
+    lines = [f"Surviving mutants ({len(survivors)}): no valid test fails on these"]
+    for m in survivors:
+        tags = [tag for tag, on in (("REQUIRED", m.required), ("hidden", m.hidden)) if on]
+        lines.append(f"  * {mutant_name(m)}" + (f"  [{', '.join(tags)}]" if tags else ""))
+        if m.hint:
+            lines.append(f"    hint: {m.hint}")
+    lines.append("")
+    return lines
+
+
+def _invalid_lines(report: Report) -> list[str]:
+    invalid = invalid_tests(report)
+    if not invalid:
+        return []
+    lines = [f"Invalid tests ({len(invalid)}): these count for nothing until fixed"]
+    for t in invalid:
+        lines.append(f"  * {t.id} -- {t.status.value}")
+        if t.reason:
+            lines.append(f"    {t.reason}")
+    lines.append("")
+    return lines
+
+
+def _checks_lines(report: Report) -> list[str]:
+    lines: list[str] = []
+    policy = report.policy
+    if not policy.checked:
+        lines.append("Policy: not checked")
+    elif policy.ok and not policy.violations:
+        lines.append("Policy: ok")
+    else:
+        lines.append(f"Policy: VIOLATED ({len(policy.violations)})")
+        lines.extend(f"  * {v}" for v in policy.violations)
+    journal = report.journal
+    if not journal.checked:
+        lines.append("Journal: not checked")
+    elif journal.ok and not journal.problems:
+        lines.append("Journal: verified")
+    else:
+        lines.append(f"Journal: {'ok, with remarks' if journal.ok else 'NOT VERIFIED'}")
+        lines.extend(f"  * {p}" for p in journal.problems)
+    if report.problems:
+        lines.append(f"Problems while running ({len(report.problems)}):")
+        lines.extend(f"  * {p}" for p in report.problems)
+    lines.append("")
+    return lines

@@ -1,0 +1,207 @@
+"""Scoring: which tests count, which mutants they kill, and whether the suite passes.
+
+SPEC §5 steps 3–5. A test is valid when it passed on the reference in both runs and on every
+wheat; only valid tests kill. A mutant is killed when a valid test failed on it in the first
+run and again in the confirming run. The suite passes when the policy holds, at least one test
+is valid, every test is valid (unless the assignment allows invalid ones), the kill rate reaches
+the threshold, every required mutant is killed and, when required, the journal verifies.
+"""
+
+from __future__ import annotations
+
+from grader.assignment import Assignment
+from grader.models import (
+    JournalSummary,
+    MutantVerdict,
+    Outcome,
+    PolicySummary,
+    Report,
+    Score,
+    TestStatus,
+    TestVerdict,
+    Timing,
+)
+from grader.runner import Matrix
+from grader.variants import Variant, VariantKind
+
+__all__ = ["HIDDEN_HINT", "score_suite", "shown_ids"]
+
+HIDDEN_HINT = (
+    "This mutant is hidden: its mistake is not shown. Look for a part of the contract "
+    "(docstring of tinyllm/rnn/gru.pyi) that none of your tests pins down."
+)
+
+
+def shown_ids(variants: list[Variant], audience: str) -> dict[str, str]:
+    """Variant id -> the name shown in the report: hidden mutants become "hidden mutant N"
+    for students (numbered in manifest order); staff see every id."""
+    names: dict[str, str] = {}
+    hidden = 0
+    for variant in variants:
+        if audience == "student" and variant.kind is VariantKind.MUTANT and variant.spec.hidden:
+            hidden += 1
+            names[variant.id] = f"hidden mutant {hidden}"
+        else:
+            names[variant.id] = variant.id
+    return names
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else ""
+
+
+def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[TestStatus, str]:
+    first = matrix.first["reference"].outcome(test_id)
+    second_run = matrix.second.get("reference")
+    second = second_run.outcome(test_id) if second_run is not None else Outcome.MISSING
+    message = next((r.message for r in matrix.first["reference"].results if r.test_id == test_id), "")
+    if first is not Outcome.PASSED and second is not Outcome.PASSED:
+        why = _first_line(message)
+        return TestStatus.WRONG, f"fails on the reference implementation ({first.value})" + (f": {why}" if why else "")
+    if first is not second:
+        return TestStatus.FLAKY, (
+            f"gave {first.value} and then {second.value} on the reference, run twice under "
+            "different hash seeds: its result depends on chance, not on the implementation"
+        )
+    rejected = []
+    for wheat in wheats:
+        outcome = matrix.first[wheat.id].outcome(test_id)
+        if outcome is not Outcome.PASSED:
+            result = next((r for r in matrix.first[wheat.id].results if r.test_id == test_id), None)
+            why = _first_line(result.message) if result else ""
+            rejected.append(f"{wheat.id} ({wheat.spec.title}): {outcome.value}" + (f": {why}" if why else ""))
+    if rejected:
+        return TestStatus.BRITTLE, "rejects a correct implementation: " + "; ".join(rejected)
+    return TestStatus.VALID, ""
+
+
+def score_suite(
+    *,
+    submission: str,
+    matrix: Matrix,
+    variants: list[Variant],
+    assignment: Assignment,
+    audience: str = "student",
+    policy: PolicySummary | None = None,
+    journal: JournalSummary | None = None,
+    timing: Timing | None = None,
+) -> Report:
+    """Turn a run matrix into the report.
+
+    Args:
+        submission: what was graded (a path or a name), for the report.
+        matrix: the runs of :func:`grader.runner.run_matrix`.
+        variants: the variants the matrix was run on (the reference first).
+        assignment: threshold and validity rules.
+        audience: ``"student"`` hides hidden mutants; ``"staff"`` shows them.
+        policy: the policy check's result (checked and fine when omitted).
+        journal: the journal's verification (not checked when omitted).
+        timing: how long grading took.
+
+    Returns:
+        The report.
+    """
+    policy = policy or PolicySummary()
+    journal = journal or JournalSummary()
+    names = shown_ids(variants, audience)
+    wheats = [v for v in variants if v.kind is VariantKind.WHEAT]
+    mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
+
+    problems: list[str] = []
+    for variant in variants:
+        for run in (matrix.first.get(variant.id), matrix.second.get(variant.id)):
+            if run is None:
+                continue
+            if run.crashed:
+                problems.append(f"{names[variant.id]}: {run.crashed}")
+            problems.extend(f"{names[variant.id]}: {error}" for error in run.collection_errors)
+
+    test_ids = matrix.test_ids
+    verdicts: list[TestVerdict] = []
+    kills: dict[str, list[str]] = {m.id: [] for m in mutants}
+    for test_id in test_ids:
+        status, reason = _classify(test_id, matrix, wheats)
+        killed = []
+        if status is TestStatus.VALID:
+            for mutant in mutants:
+                if matrix.confirmed_failure(test_id, mutant.id):
+                    killed.append(names[mutant.id])
+                    kills[mutant.id].append(test_id)
+        verdicts.append(
+            TestVerdict(
+                id=test_id,
+                valid=status is TestStatus.VALID,
+                status=status,
+                kills=killed,
+                reason=reason,
+                outcomes={names[v.id]: matrix.outcome(test_id, v.id) for v in variants},
+            )
+        )
+
+    mutant_verdicts = []
+    for mutant in mutants:
+        hidden = audience == "student" and mutant.spec.hidden
+        killed = bool(kills[mutant.id])
+        mutant_verdicts.append(
+            MutantVerdict(
+                id=names[mutant.id],
+                title=names[mutant.id] if hidden else mutant.spec.title,
+                required=mutant.spec.required,
+                hidden=mutant.spec.hidden,
+                killed=killed,
+                killed_by=kills[mutant.id],
+                hint="" if killed else (HIDDEN_HINT if hidden else mutant.spec.pitfall),
+            )
+        )
+
+    killed_count = sum(v.killed for v in mutant_verdicts)
+    total = len(mutant_verdicts)
+    required = [names[m.id] for m in mutants if m.spec.required]
+    required_missing = [names[m.id] for m in mutants if m.spec.required and not kills[m.id]]
+    kill_rate = killed_count / total if total else 0.0
+    score = Score(
+        kill_rate=round(kill_rate, 6),
+        killed=killed_count,
+        total=total,
+        threshold=assignment.threshold,
+        required=required,
+        required_missing=required_missing,
+    )
+
+    reasons: list[str] = []
+    if not policy.ok:
+        reasons.append(f"the policy check failed ({len(policy.violations)} violation(s)): nothing was run")
+    invalid = [v for v in verdicts if not v.valid]
+    if policy.ok and not test_ids:
+        reasons.append("no test was collected")
+    elif policy.ok and not any(v.valid for v in verdicts):
+        reasons.append("no test is valid (every test fails on the reference or on a correct implementation)")
+    if invalid and not assignment.allow_invalid_tests:
+        reasons.append(
+            f"{len(invalid)} test(s) are not valid ({', '.join(f'{v.id}: {v.status.value}' for v in invalid)})"
+        )
+    if policy.ok and kill_rate < assignment.threshold:
+        reasons.append(
+            f"kill rate {kill_rate:.0%} ({killed_count}/{total}) is below the threshold {assignment.threshold:.0%}"
+        )
+    if policy.ok and required_missing:
+        reasons.append(f"required mutant(s) not killed: {', '.join(required_missing)}")
+    if journal.checked and not journal.ok:
+        reasons.append("the red-then-green journal does not verify")
+    elif assignment.require_journal and not journal.checked:
+        reasons.append("the assignment requires a red-then-green journal, and none was checked")
+
+    return Report(
+        submission=submission,
+        audience=audience,
+        passed=not reasons,
+        reasons=reasons,
+        score=score,
+        tests=verdicts,
+        mutants=mutant_verdicts,
+        variants=[names[v.id] for v in variants],
+        journal=journal,
+        policy=policy,
+        problems=problems,
+        timing=timing or Timing(),
+    )

@@ -1,0 +1,246 @@
+"""Grading student suites end to end: validity, kills, the gates of a pass, hostile tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.assignment import Assignment, Limits, load_assignment
+from grader.grading import GradingInputError, grade_suite
+from grader.models import Outcome, TestStatus
+from grader.paths import default_layout
+
+LAYOUT = default_layout()
+EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+FAST = Assignment(name="test", threshold=0.70, limits=Limits(test_timeout_s=2.0, run_timeout_s=60.0))
+
+HEADER = '''
+import math
+import numpy as np
+import pytest
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import GRU, GRUCell, gru_cell
+
+def hand(h=0.5):
+    w = [Tensor(a, dtype=np.float64) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])]
+    return gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[h]], dtype=np.float64), *w)
+'''
+
+HAND = '''
+def test_hand():
+    assert np.allclose(hand().data, [[0.25 * np.tanh(0.75) + 0.375]])
+'''
+
+
+def suite(tmp_path: Path, body: str, name: str = "test_suite.py") -> Path:
+    folder = tmp_path / "tests"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(HEADER + body)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def example_report():
+    return grade_suite(EXAMPLE, layout=LAYOUT, assignment=load_assignment(LAYOUT.assignment), audience="staff")
+
+
+def test_the_bundled_example_kills_every_mutant_and_passes(example_report):
+    report = example_report
+    assert report.passed, report.reasons
+    assert report.score.killed == report.score.total == 12
+    assert report.score.kill_rate == 1.0 and report.score.required_missing == []
+    assert all(t.valid for t in report.tests)
+    assert report.problems == []
+    assert report.timing.runs >= 18  # reference twice, wheats, mutants, confirmations
+
+
+def test_a_suite_missing_s02_and_s04_does_not_pass(tmp_path):
+    # b_hn = 0 and H = 1: torch's reset placement and Cho's give the same numbers.
+    body = '''
+def test_gates_without_recurrent_bias():
+    w = [Tensor(np.array(a, dtype=np.float64)) for a in ([[0.5], [-1.0], [0.8]], [[0.3], [0.6], [0.9]], [0.2, 1.0, -0.3], [0.1, -0.4, 0.0])]
+    x, h = np.array([[1.0]]), np.array([[0.5]])
+    a = x @ w[0].data.T + w[2].data
+    u = h @ w[1].data.T + w[3].data
+    r = 1 / (1 + np.exp(-(a[:, 0] + u[:, 0])))
+    z = 1 / (1 + np.exp(-(a[:, 1] + u[:, 1])))
+    n = np.tanh(a[:, 2] + r * u[:, 2])
+    assert np.allclose(gru_cell(Tensor(x), Tensor(h), *w).data[:, 0], (1 - z) * n + z * h[:, 0])
+
+def test_gradient_reaches_h():
+    h = Tensor([[0.5]], dtype=np.float64, requires_grad=True)
+    w = [Tensor(np.array(a, dtype=np.float64)) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, 1.0986, 0], [0, 0, 0.0])]
+    gru_cell(Tensor([[1.0]]), h, *w).sum().backward()
+    assert h.grad is not None and h.grad[0, 0] > 0.7
+
+def test_orthogonal_blocks():
+    w = GRU(4, 5).state_dict()["weight_hh_l0"].astype(float)
+    assert all(np.allclose(w[i*5:(i+1)*5] @ w[i*5:(i+1)*5].T, np.eye(5), atol=1e-5) for i in range(3))
+
+def test_padding():
+    gru = GRU(2, 3)
+    x = np.random.default_rng(0).normal(size=(3, 2, 2))
+    out, h_n = gru(Tensor(x), lengths=[3, 1])
+    _, alone = gru(Tensor(x[:1, 1:2]))
+    assert np.all(out.data[1:, 1] == 0) and np.allclose(h_n.data[0, 1], alone.data[0, 0])
+
+def test_dropout():
+    one = GRU(2, 3, dropout=0.5)
+    x = Tensor(np.ones((2, 1, 2)))
+    assert np.array_equal(one.train()(x)[0].data, one.eval()(x)[0].data)
+    two = GRU(2, 3, num_layers=2, dropout=0.5).eval()
+    assert np.array_equal(two(x)[0].data, two(x)[0].data)
+
+def test_layers_start_from_their_own_state():
+    gru = GRU(2, 3, num_layers=2)
+    x = Tensor(np.ones((1, 1, 2)))
+    h0 = np.zeros((2, 1, 3))
+    h0[1] = 0.9
+    _, h_n = gru(x, Tensor(h0))
+    _, h_other = gru(x, Tensor(np.zeros((2, 1, 3))))
+    assert not np.allclose(h_n.data[1], h_other.data[1])
+'''
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST, audience="staff")
+    killed = {m.id for m in report.mutants if m.killed}
+    assert "s02" not in killed and "s04" not in killed
+    assert report.score.kill_rate >= 0.70
+    assert report.score.required_missing == ["s02"]
+    assert not report.passed
+    assert any("required mutant(s) not killed: s02" in r for r in report.reasons)
+    s02 = next(m for m in report.mutants if m.id == "s02")
+    assert "Cho" in s02.hint
+
+
+def test_a_suite_below_the_threshold_does_not_pass(tmp_path):
+    report = grade_suite(suite(tmp_path, HAND), layout=LAYOUT, assignment=FAST)
+    assert report.score.killed < 0.70 * report.score.total
+    assert report.score.required_missing == []
+    assert not report.passed
+    assert any("below the threshold 70%" in r for r in report.reasons)
+    survivors = [m for m in report.mutants if not m.killed]
+    assert survivors and all(m.hint for m in survivors)
+    # s04 and s12 are hidden: a student sees neither their ids nor their titles.
+    assert "hidden mutant 1" in report.variants and "s04" not in report.variants
+    assert not any("b_hn" in m.title for m in report.mutants if m.hidden)
+
+
+def test_a_test_failing_on_the_reference_is_wrong_and_never_counts(tmp_path):
+    body = HAND + '''
+def test_wrong():
+    assert np.allclose(hand().data, [[0.6]])  # the swapped interpolation's value
+'''
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST)
+    wrong = next(t for t in report.tests if t.id.endswith("test_wrong"))
+    assert wrong.status is TestStatus.WRONG and not wrong.valid and wrong.kills == []
+    assert "fails on the reference" in wrong.reason
+    assert not report.passed
+    assert any("not valid" in r for r in report.reasons)
+
+
+def test_a_test_failing_only_on_a_wheat_is_brittle(tmp_path):
+    body = HAND + '''
+def test_error_wording():
+    with pytest.raises(ValueError, match="must be a positive int"):
+        GRU(3, 0)
+'''
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST)
+    brittle = next(t for t in report.tests if t.id.endswith("test_error_wording"))
+    assert brittle.status is TestStatus.BRITTLE and brittle.kills == []
+    assert "w03" in brittle.reason
+    assert not report.passed
+
+
+def _string_whose_hash_parity_differs() -> str:
+    """A string whose hash is even under PYTHONHASHSEED=1 and odd under 2, or the reverse."""
+    words = [f"k{i}" for i in range(200)]
+    parities = []
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", f"print(' '.join(str(hash(w) % 2) for w in {words!r}))"],
+            env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True,
+        ).stdout.split()
+        parities.append(out)
+    return next(w for w, a, b in zip(words, *parities) if a != b)
+
+
+def test_a_test_depending_on_the_hash_seed_is_flaky(tmp_path):
+    word = _string_whose_hash_parity_differs()
+    body = HAND + f'''
+def test_flaky():
+    assert hash({word!r}) % 2 == 0
+'''
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST)
+    flaky = next(t for t in report.tests if t.id.endswith("test_flaky"))
+    assert flaky.status is TestStatus.FLAKY and flaky.kills == []
+    assert "depends on chance" in flaky.reason
+
+
+def test_a_test_hanging_on_mutants_is_a_kill_by_timeout_and_grading_finishes(tmp_path):
+    body = '''
+def test_hangs_unless_right():
+    if not np.allclose(hand().data, [[0.25 * np.tanh(0.75) + 0.375]]):
+        while True:
+            pass
+'''
+    quick = FAST.model_copy(update={"limits": Limits(test_timeout_s=0.5, run_timeout_s=60.0)})
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=quick)
+    test = report.tests[0]
+    assert test.valid
+    assert test.outcomes["s01"] is Outcome.TIMEOUT
+    assert "s01" in test.kills and "s05" in test.kills
+    assert report.timing.total_s < 60
+
+
+def test_a_child_that_exits_mid_run_is_an_error_not_a_pass(tmp_path):
+    body = HAND + '''
+import os
+
+def test_exit_when_wrong():
+    if not np.allclose(hand().data, [[0.25 * np.tanh(0.75) + 0.375]]):
+        os._exit(0)
+
+def test_after():
+    assert True
+'''
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST, policy=False)
+    exiting = next(t for t in report.tests if t.id.endswith("test_exit_when_wrong"))
+    after = next(t for t in report.tests if t.id.endswith("test_after"))
+    assert exiting.valid and exiting.outcomes["s03"] is Outcome.ERROR
+    assert after.outcomes["s03"] is Outcome.ERROR  # it never ran: not a pass
+    assert "s03" in exiting.kills
+    assert any("exited with status 0 before it finished" in p for p in report.problems)
+
+
+def test_a_policy_violation_runs_nothing(tmp_path):
+    report = grade_suite(suite(tmp_path, HAND + "import os\n"), layout=LAYOUT, assignment=FAST)
+    assert not report.policy.ok and not report.passed
+    assert report.tests == [] and report.timing.runs == 0
+    assert any(":" in v and "os" in v for v in report.policy.violations)
+
+
+def test_a_missing_directory_cannot_be_graded(tmp_path):
+    with pytest.raises(GradingInputError, match="no such directory"):
+        grade_suite(tmp_path / "nope", layout=LAYOUT, assignment=FAST)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GradingInputError, match="found no Python file"):
+        grade_suite(tmp_path / "empty", layout=LAYOUT, assignment=FAST)
+
+
+def test_a_module_that_fails_to_import_is_reported(tmp_path):
+    body = HAND + "\nfrom tinyllm.rnn.gru import no_such_name\n"
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST)
+    assert not report.passed
+    assert any("no_such_name" in p for p in report.problems)
+    assert any("no test was collected" in r for r in report.reasons)
+
+
+def test_the_example_can_be_copied_anywhere(tmp_path):
+    """Grading does not depend on where the suite lives or on files beside it."""
+    shutil.copytree(EXAMPLE, tmp_path / "copy")
+    report = grade_suite(tmp_path / "copy", layout=LAYOUT, assignment=FAST)
+    assert report.passed
