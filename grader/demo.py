@@ -10,11 +10,10 @@ import numpy as np
 from grader.assignment import load_assignment
 from grader.golden import load_implementation
 from grader.grading import grade_suite
-from grader.models import Outcome
+from grader.models import Outcome, WorkerRun
 from grader.paths import Layout
 from grader.report import render
 from grader.runner import RunLimits, run_suites
-from grader.worker import WorkerRun
 
 __all__ = ["hand_example", "run_demo"]
 

@@ -23,6 +23,8 @@ __all__ = [
     "TestStatus",
     "TestVerdict",
     "Timing",
+    "WorkerJob",
+    "WorkerRun",
 ]
 
 
@@ -76,6 +78,28 @@ class SuiteRun(BaseModel):
     @property
     def test_ids(self) -> list[str]:
         return [r.test_id for r in self.results]
+
+
+# ------------------------------------------------------------------ the worker's job
+class WorkerRun(BaseModel):
+    """One suite run the worker is asked for."""
+
+    variant: str
+    source: str
+    select: list[str] | None = None  # node ids to run; None runs the whole suite
+
+
+class WorkerJob(BaseModel):
+    """What the worker reads on stdin."""
+
+    reference: str  # the folder holding the reference ``tinyllm`` package
+    tests: str  # the folder of test files
+    runs: list[WorkerRun]
+    hash_seed: int
+    jobs: int = 1
+    run_timeout: float = 120.0
+    test_timeout: float = 20.0
+    memory_bytes: int = 2 * 1024**3
 
 
 # ----------------------------------------------------------------------- the report

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from grader.models import Outcome, SuiteRun
+from grader.models import Outcome, SuiteRun, WorkerJob, WorkerRun
 from grader.paths import Layout
 from grader.variants import Variant, VariantKind
-from grader.worker import WorkerJob, WorkerRun
 
 __all__ = ["Matrix", "RunLimits", "WorkerProcess", "run_matrix", "run_suites"]
 

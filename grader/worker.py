@@ -12,6 +12,7 @@ the child from what arrived on that pipe, never from its exit code, and writes o
 
 from __future__ import annotations
 
+import gc
 import json
 import linecache
 import os
@@ -21,40 +22,19 @@ import signal
 import sys
 import time
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from grader.models import Outcome, SuiteRun, TestOutcome
+from grader.models import Outcome, SuiteRun, TestOutcome, WorkerJob, WorkerRun
 
-__all__ = ["VARIANT_FILENAME", "WorkerJob", "WorkerRun"]
+__all__ = ["VARIANT_FILENAME", "install_variant", "serve"]
 
 # The one file name every variant is compiled under.
 VARIANT_FILENAME = "tinyllm/rnn/gru.py"
 _MESSAGE_CAP = 2000
 _PIPE_CAP = 4 * 1024 * 1024  # bytes a child may report before it is cut off
-
-
-class WorkerRun(BaseModel):
-    """One suite run the worker is asked for."""
-
-    variant: str
-    source: str
-    select: list[str] | None = None  # node ids to run; None runs the whole suite
-
-
-class WorkerJob(BaseModel):
-    """What the worker reads on stdin."""
-
-    reference: str  # the folder holding the reference ``tinyllm`` package
-    tests: str  # the folder of test files
-    runs: list[WorkerRun]
-    hash_seed: int
-    jobs: int = 1
-    run_timeout: float = 120.0
-    test_timeout: float = 20.0
-    memory_bytes: int = 2 * 1024**3
 
 
 class _TestTimeout(BaseException):
@@ -191,6 +171,7 @@ class _Session:
             *(arg for name in _UNUSED_PLUGINS for arg in ("-p", f"no:{name}")),
         ]
         self.config = _prepareconfig(args, plugins=[self.reporter, _PerTestTimeout(job.test_timeout)])
+        _rewrite_once(Path(job.tests), self.config)
         self.config._do_configure()
         self.session = Session.from_config(self.config)
         self.session.exitstatus = 0
@@ -218,6 +199,34 @@ class _Session:
             self.reporter.send(collect_error=f"the run stopped early: {exc!r}"[:_MESSAGE_CAP])
         self.reporter.send(done=True)
         os._exit(0)
+
+
+def _rewrite_once(tests: Path, config: Any) -> None:
+    """Rewrite the asserts of every test file once, here, instead of once per child.
+
+    pytest rewrites a test module's ``assert`` statements when it is imported; each child
+    imports the test files afresh (with its own variant installed), so without this every
+    child would parse and compile the same files again. Rewriting only compiles: no code of
+    the submission runs here.
+    """
+    from _pytest.assertion import rewrite
+
+    original = rewrite._rewrite_test
+    cache: dict[str, tuple[bytes, types.CodeType]] = {}
+
+    def cached(fn: Path, config: Any) -> tuple[bytes, types.CodeType]:
+        key = str(fn)
+        if key not in cache:
+            cache[key] = original(fn, config)
+        return cache[key]
+
+    rewrite._rewrite_test = cached
+    for path in sorted(tests.rglob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            try:
+                cached(path, config)
+            except (OSError, SyntaxError, ValueError):
+                pass  # the child meets the same error while collecting, and reports it there
 
 
 # Plugins a grading run has no use for (they cost start-up time or write files).
@@ -340,6 +349,9 @@ def serve(job: WorkerJob, out: Any) -> None:
     import tinyllm.rnn  # noqa: F401
 
     session = _Session(job)
+    # Everything made so far is shared with the children copy-on-write; freezing it keeps the
+    # garbage collector from touching (and so copying) those pages in every child.
+    gc.freeze()
     pending = list(job.runs)
     running: dict[int, _Running] = {}
     selector = selectors.DefaultSelector()
