@@ -63,6 +63,7 @@ class SuiteRun(BaseModel):
 
     variant: str
     hash_seed: int
+    attempt: int = 1  # 2: the confirming re-run of the tests that failed in attempt 1
     results: tuple[TestOutcome, ...] = ()
     collection_errors: tuple[str, ...] = ()
     crashed: str = ""  # why the child ended abnormally, if it did
@@ -87,6 +88,8 @@ class WorkerRun(BaseModel):
     variant: str
     source: str
     select: list[str] | None = None  # node ids to run; None runs the whole suite
+    attempt: int = 1
+    confirm: bool = False  # re-run the tests that fail, at once, as attempt 2 (mutants)
 
 
 class WorkerJob(BaseModel):

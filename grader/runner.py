@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -83,9 +84,12 @@ class WorkerProcess:
         )
 
     def run(self, runs: Sequence[WorkerRun]) -> list[SuiteRun]:
-        """Send the job, wait for every result; results in the order asked.
+        """Send the job and wait for every result.
 
-        A run the worker never reported (it crashed, it hung) comes back as a crashed run.
+        Returns:
+            The first attempt of each requested run, in the order asked (a run the worker
+            never reported, because it crashed or hung, comes back as a crashed run), then
+            the confirming attempts the worker made, in the order they finished.
         """
         job = WorkerJob(
             reference=str(self.layout.reference),
@@ -97,7 +101,8 @@ class WorkerProcess:
             test_timeout=self.limits.test_timeout,
             memory_bytes=self.limits.memory_bytes,
         )
-        waves = -(-len(runs) // max(1, self.limits.jobs))
+        attempts = sum(2 if run.confirm else 1 for run in runs)
+        waves = -(-attempts // max(1, self.limits.jobs))
         budget = self.limits.run_timeout * waves + 60.0
         try:
             stdout, stderr = self.process.communicate(job.model_dump_json().encode(), timeout=budget)
@@ -108,23 +113,23 @@ class WorkerProcess:
         finally:
             self.close()
 
-        reported: dict[str, SuiteRun] = {}
+        first: dict[str, SuiteRun] = {}
+        confirming: list[SuiteRun] = []
         for line in stdout.decode(errors="replace").splitlines():
             try:
                 run = SuiteRun.model_validate_json(line)
             except ValueError:
                 continue
-            reported.setdefault(run.variant, run)
+            if run.attempt == 1:
+                first.setdefault(run.variant, run)
+            else:
+                confirming.append(run)
         detail = stderr.decode(errors="replace").strip().splitlines()[-1:] if stderr else []
+        missing = f"{problem} without reporting this run" + (f": {detail[0]}" if detail else "")
         return [
-            reported.get(run.variant)
-            or SuiteRun(
-                variant=run.variant,
-                hash_seed=self.hash_seed,
-                crashed=f"{problem} without reporting this run" + (f": {detail[0]}" if detail else ""),
-            )
+            first.get(run.variant) or SuiteRun(variant=run.variant, hash_seed=self.hash_seed, crashed=missing)
             for run in runs
-        ]
+        ] + confirming
 
     def close(self) -> None:
         """Kill the worker's whole session, whatever it left running."""
@@ -143,7 +148,8 @@ def run_suites(
     hash_seed: int,
     limits: RunLimits,
 ) -> list[SuiteRun]:
-    """Run each requested suite run in one new worker process; results in the order asked."""
+    """Run each requested suite run in one new worker process; first attempts, in the order
+    asked, then any confirming attempts."""
     worker = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=hash_seed, limits=limits)
     return worker.run(runs)
 
@@ -179,37 +185,33 @@ def run_matrix(
     variants: Sequence[Variant],
     limits: RunLimits,
 ) -> Matrix:
-    """Run the suite against every variant, then the reference again under another hash
-    seed and, for each mutant, the tests that failed on it once more.
+    """Run the suite against every variant, the reference again under another hash seed,
+    and, for each mutant, the tests that failed on it once more.
 
     Returns:
-        The Matrix; ``second`` holds the reference's second run under ``"reference"``.
+        The Matrix: ``first`` holds every variant's run; ``second`` the reference's run under
+        the second hash seed and each mutant's confirming run (when anything failed on it).
     """
-    # Both workers start now; the second imports and configures while the first runs.
-    confirm = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED, limits=limits)
-    try:
-        first_runs = run_suites(
-            layout=layout,
-            tests_dir=tests_dir,
-            runs=[WorkerRun(variant=v.id, source=v.source) for v in variants],
-            hash_seed=FIRST_HASH_SEED,
-            limits=limits,
-        )
-        first = {run.variant: run for run in first_runs}
-        again: list[WorkerRun] = []
-        for variant in variants:
-            if variant.kind is VariantKind.REFERENCE:
-                again.append(WorkerRun(variant=variant.id, source=variant.source))
-                continue
-            if variant.kind is not VariantKind.MUTANT:
-                continue
-            run = first[variant.id]
-            failing = [r.test_id for r in run.results if r.outcome.kills]
-            if failing and not run.crashed:
-                again.append(WorkerRun(variant=variant.id, source=variant.source, select=failing))
-            elif failing:  # a crashed run is repeated whole: its missing tests need a second look
-                again.append(WorkerRun(variant=variant.id, source=variant.source))
-        second_runs = confirm.run(again)
-    finally:
-        confirm.close()
-    return Matrix(first=first, second={run.variant: run for run in second_runs})
+    # Two workers under two hash seeds: the second runs only the reference again, alongside
+    # the first, which runs every variant and confirms each failure on a mutant as it comes.
+    seed_two = WorkerProcess(
+        layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED, limits=replace(limits, jobs=1)
+    )
+    seed_one = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=FIRST_HASH_SEED, limits=limits)
+    reference = next(v for v in variants if v.kind is VariantKind.REFERENCE)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        again = pool.submit(seed_two.run, [WorkerRun(variant=reference.id, source=reference.source)])
+        try:
+            runs = seed_one.run(
+                [
+                    WorkerRun(variant=v.id, source=v.source, confirm=v.kind is VariantKind.MUTANT)
+                    for v in variants
+                ]
+            )
+        finally:
+            seed_one.close()
+        reference_again = again.result()
+    first = {run.variant: run for run in runs if run.attempt == 1}
+    second = {run.variant: run for run in runs if run.attempt == 2}
+    second[reference.id] = reference_again[0]
+    return Matrix(first=first, second=second)

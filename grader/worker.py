@@ -299,6 +299,7 @@ def _judge(job: WorkerJob, child: _Running, status: int) -> SuiteRun:
     return SuiteRun(
         variant=child.run.variant,
         hash_seed=job.hash_seed,
+        attempt=child.run.attempt,
         results=tuple(final),
         collection_errors=tuple(errors),
         crashed=crashed,
@@ -337,11 +338,25 @@ def _kill(pid: int) -> None:
             pass
 
 
+def _confirmation(run: WorkerRun, result: SuiteRun) -> WorkerRun | None:
+    """The confirming re-run a ``confirm`` run asks for: its failing tests, once more (the
+    whole suite again if the run crashed, since its unreported tests need a second look)."""
+    if not run.confirm or run.attempt != 1:
+        return None
+    failing = [r.test_id for r in result.results if r.outcome.kills]
+    if not failing and not result.crashed:
+        return None
+    select = None if result.crashed else failing
+    return WorkerRun(variant=run.variant, source=run.source, select=select, attempt=2)
+
+
 def serve(job: WorkerJob, out: Any) -> None:
     """Run every requested suite run, writing a SuiteRun JSON line to ``out`` as each ends."""
     sys.path.insert(0, job.reference)
     # Import once, before forking, what every child needs: children start warm.
     import numpy  # noqa: F401
+    import numpy.random  # noqa: F401 - numpy loads these lazily; once here, not in every child
+    import numpy.testing  # noqa: F401
     import pytest  # noqa: F401
     import tinyllm.autograd.functional  # noqa: F401
     import tinyllm.nn  # noqa: F401
@@ -380,8 +395,12 @@ def serve(job: WorkerJob, out: Any) -> None:
             _, status = os.waitpid(child.pid, 0)
             _kill(child.pid)  # anything it left in its process group goes too
             del running[child.fd]
-            out.write(_judge(job, child, status).model_dump_json() + "\n")
+            result = _judge(job, child, status)
+            out.write(result.model_dump_json() + "\n")
             out.flush()
+            again = _confirmation(child.run, result)
+            if again is not None:
+                pending.insert(0, again)  # confirm while the variant is fresh in mind
         for child in list(running.values()):
             if time.monotonic() > child.deadline and not child.timed_out:
                 child.timed_out = True
