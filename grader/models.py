@@ -90,6 +90,7 @@ class WorkerRun(BaseModel):
     select: list[str] | None = None  # node ids to run; None runs the whole suite
     attempt: int = 1
     confirm: bool = False  # re-run the tests that fail, at once, as attempt 2 (mutants)
+    tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
 
 
 class WorkerJob(BaseModel):

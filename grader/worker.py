@@ -13,6 +13,7 @@ the child from what arrived on that pipe, never from its exit code, and writes o
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import linecache
 import os
@@ -53,6 +54,10 @@ class _Reporter:
     def __init__(self) -> None:
         self.fd: int | None = None
         self.select: set[str] | None = None
+        self.prefix = ""  # a run of a sub-folder reports node ids relative to that folder
+
+    def _id(self, nodeid: str) -> str:
+        return nodeid[len(self.prefix):] if self.prefix and nodeid.startswith(self.prefix) else nodeid
 
     def send(self, **event: Any) -> None:
         if self.fd is None:
@@ -65,19 +70,19 @@ class _Reporter:
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
-            self.send(collect_error=f"{report.nodeid or '(session)'}: {_short(report.longreprtext)}")
+            self.send(collect_error=f"{self._id(report.nodeid) or '(session)'}: {_short(report.longreprtext)}")
 
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
         if self.select is None:
             return
-        kept = [item for item in items if item.nodeid in self.select]
-        dropped = [item for item in items if item.nodeid not in self.select]
+        kept = [item for item in items if self._id(item.nodeid) in self.select]
+        dropped = [item for item in items if self._id(item.nodeid) not in self.select]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
     def pytest_collection_finish(self, session: Any) -> None:
-        self.send(collected=[item.nodeid for item in session.items])
+        self.send(collected=[self._id(item.nodeid) for item in session.items])
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         outcome: Outcome | None = None
@@ -97,7 +102,7 @@ class _Reporter:
             message = "" if outcome is Outcome.PASSED else _short(report.longreprtext)
             self.send(
                 result=TestOutcome(
-                    test_id=report.nodeid,
+                    test_id=self._id(report.nodeid),
                     outcome=outcome,
                     message=message,
                     duration=round(report.duration, 6),
@@ -185,6 +190,10 @@ class _Session:
             os.dup2(devnull, target)
         self.reporter.fd = fd
         self.reporter.select = set(run.select) if run.select is not None else None
+        if run.tests is not None:
+            # One job can hold several suites (a journal's snapshots): run just this one.
+            self.reporter.prefix = run.tests.strip("/") + "/"
+            self.config.args = [str(Path(self.config.rootpath) / run.tests)]
         try:
             install_variant(run.source)
         except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, not a crash
@@ -358,10 +367,12 @@ def serve(job: WorkerJob, out: Any) -> None:
     import numpy.random  # noqa: F401 - numpy loads these lazily; once here, not in every child
     import numpy.testing  # noqa: F401
     import pytest  # noqa: F401
-    import tinyllm.autograd.functional  # noqa: F401
-    import tinyllm.nn  # noqa: F401
-    import tinyllm.random  # noqa: F401
-    import tinyllm.rnn  # noqa: F401
+
+    for name in ("tinyllm.autograd.functional", "tinyllm.nn", "tinyllm.random", "tinyllm.rnn"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a student's package may lack it or break; each child reports that
+            pass
 
     session = _Session(job)
     # Everything made so far is shared with the children copy-on-write; freezing it keeps the
