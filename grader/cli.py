@@ -18,6 +18,7 @@ from grader import __version__
 from grader.paths import Layout, default_layout
 from grader.assignment import AssignmentError
 from grader.grading import GradingInputError
+from grader.journal import JournalFormatError
 from grader.variants import ManifestError, VariantKind, build_variants, export_variant
 
 __all__ = ["main"]
@@ -126,13 +127,21 @@ def _assignment(args: argparse.Namespace, layout: Layout):
 
 def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
     from grader.grading import grade_suite
+    from grader.journal import verify_journal
     from grader.report import render
 
+    assignment = _assignment(args, layout)
+    journal = None
+    if args.journal:
+        journal = verify_journal(
+            Path(args.journal), Path(args.tests_dir), layout=layout, limits=assignment.run_limits(args.jobs)
+        )
     report = grade_suite(
         Path(args.tests_dir),
         layout=layout,
-        assignment=_assignment(args, layout),
+        assignment=assignment,
         policy=args.policy == "on",
+        journal=journal,
         audience=args.audience,
         jobs=args.jobs,
     )
@@ -182,6 +191,38 @@ def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK
 
 
+def _student_repo(args: argparse.Namespace):
+    from grader.tdd import StudentRepo
+
+    root = Path(args.repo)
+    if not root.is_dir():
+        raise UsageError(f"{root}: expected the root folder of your repository")
+    return StudentRepo(root=root, impl=Path(args.impl), tests=Path(args.tests))
+
+
+def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.journal import Phase
+    from grader.tdd import Refused, record, status
+
+    repo = _student_repo(args)
+    if args.phase == "status":
+        print(status(repo))
+        return EXIT_OK
+    phase = Phase(args.phase)
+    try:
+        entry = record(repo, phase, layout=layout)
+    except Refused as exc:
+        print(f"mutagrade tdd {phase.value}: refused: {exc}", file=sys.stderr)
+        return EXIT_NOT_PASSED
+    if phase is Phase.RED:
+        print(f"red recorded (entry {entry.seq}): new failing test(s): {', '.join(entry.introduced)}")
+        print("Next: make them pass by changing the implementation, then run `mutagrade tdd green`.")
+    else:
+        print(f"green recorded (entry {entry.seq}): all {len(entry.outcomes)} tests pass.")
+        print("Next: write ONE new test, then run `mutagrade tdd red`.")
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
     from grader.demo import run_demo
 
@@ -199,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("tests_dir", help="the folder of the student's test files")
     grade.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
     grade.add_argument("--output", help="write the report to this file instead of standard output")
+    grade.add_argument("--journal", help="the red-then-green journal (.tdd/journal.jsonl) to verify")
     grade.add_argument("--policy", choices=("on", "off"), default="on", help="off: trusted suites only (staff)")
     grade.add_argument("--audience", choices=("student", "staff"), default="student",
                        help="staff reports name hidden mutants")
@@ -213,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--policy", choices=("on", "off"), default="on")
     batch.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     batch.set_defaults(run=_cmd_grade_batch)
+
+    tdd = commands.add_parser("tdd", help="keep the red-then-green journal (students)")
+    tdd.add_argument("phase", choices=("red", "green", "status"))
+    tdd.add_argument("--repo", default=".", help="your repository's root (default: here)")
+    tdd.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
+    tdd.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
+    tdd.set_defaults(run=_cmd_tdd)
 
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)
@@ -247,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = Layout(args.root.resolve()) if args.root else default_layout()
     try:
         return args.run(args, layout)
-    except (UsageError, ManifestError, GradingInputError, AssignmentError) as exc:
+    except (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError) as exc:
         print(f"mutagrade: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "REPORT_SCHEMA",
+    "CourseTestResult",
+    "ImplementationCheck",
     "JournalSummary",
     "MutantVerdict",
     "Outcome",
@@ -161,10 +163,39 @@ class Score(BaseModel):
 
 
 class JournalSummary(BaseModel):
+    """The red-then-green journal's verification, as the report shows it."""
+
     model_config = ConfigDict(frozen=True)
 
     checked: bool = False
     ok: bool = True
+    problems: list[str] = []  # each names the entry (and test) it is about
+    entries: int = 0
+    history: dict[str, str] = {}  # test id -> "red at entry 3, green at entry 4"
+    replay_s: float = 0.0  # time spent re-running the snapshots
+
+
+class CourseTestResult(BaseModel):
+    """One course test on the student's own implementation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    outcome: Outcome
+    message: str = ""
+
+
+class ImplementationCheck(BaseModel):
+    """The course tests (goldens from fixtures, and live torch where installed) on the
+    student's implementation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    checked: bool = False
+    ok: bool = True
+    implementation: str = ""
+    live_torch: bool = False
+    tests: list[CourseTestResult] = []
     problems: list[str] = []
 
 
@@ -200,5 +231,6 @@ class Report(BaseModel):
     variants: list[str]  # column order of the matrix: reference, wheats, mutants (as shown)
     journal: JournalSummary = JournalSummary()
     policy: PolicySummary = PolicySummary()
+    implementation: ImplementationCheck = ImplementationCheck()
     problems: list[str] = []  # collection errors, crashed runs: what went wrong while running
     timing: Timing = Timing()

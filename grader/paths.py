@@ -13,11 +13,19 @@ class Layout:
     """The folders of a mutagrade checkout (SPEC §2)."""
 
     root: Path
+    # Another folder holding a ``tinyllm`` package to run suites against (a student's own).
+    implementation: Path | None = None
 
     @property
     def reference(self) -> Path:
         """The folder that holds the reference ``tinyllm`` package (put it on sys.path)."""
         return self.root / "reference"
+
+    @property
+    def package_dir(self) -> Path:
+        """The folder of the ``tinyllm`` package suites run against: the reference, unless
+        this layout names another implementation."""
+        return self.implementation if self.implementation is not None else self.reference
 
     @property
     def gru_source(self) -> Path:

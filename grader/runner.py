@@ -92,7 +92,7 @@ class WorkerProcess:
             the confirming attempts the worker made, in the order they finished.
         """
         job = WorkerJob(
-            reference=str(self.layout.reference),
+            reference=str(self.layout.package_dir),
             tests=str(self.tests_dir),
             runs=list(runs),
             hash_seed=self.hash_seed,

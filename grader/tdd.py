@@ -1,0 +1,206 @@
+"""The student's commands ``mutagrade tdd red|green|status``: keep the red-then-green journal.
+
+Run from the root of a student repository. ``red`` runs the suite against the student's own
+implementation and is accepted only when a test is new since the last green and every new test
+fails at run time; ``green`` only when the test files are byte-identical to the last red's and
+every test passes. A refusal says why and what to do, and writes nothing. The suite runs in
+the same sandboxed worker as grading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.journal import (
+    FORMAT_VERSION,
+    GRU_FILE,
+    Journal,
+    JournalEntry,
+    Phase,
+    chain_problems,
+    digest_files,
+    entry_line,
+    load_journal,
+    run_snapshot,
+    sha256_bytes,
+    utc_now,
+)
+from grader.models import Outcome, SuiteRun, WorkerRun
+from grader.paths import Layout
+from grader.policy import check_suite
+from grader.runner import RunLimits
+
+__all__ = ["DEFAULT_IMPL", "DEFAULT_TESTS", "Refused", "StudentRepo", "record", "status"]
+
+DEFAULT_IMPL = Path("python")
+DEFAULT_TESTS = Path("python") / "tests" / "l3-3-gru"
+TEST_PATTERNS = ("*.py",)
+IMPL_PATTERNS = ("*.py", "*.pyi")
+
+
+class Refused(Exception):
+    """The command was refused; the message says why and what to do. Nothing was written."""
+
+
+@dataclass(frozen=True)
+class StudentRepo:
+    """Where a student's repository keeps its implementation, tests and journal."""
+
+    root: Path
+    impl: Path = DEFAULT_IMPL
+    tests: Path = DEFAULT_TESTS
+
+    @property
+    def impl_dir(self) -> Path:
+        return self.root / self.impl
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.root / self.tests
+
+    @property
+    def journal_path(self) -> Path:
+        return self.root / ".tdd" / "journal.jsonl"
+
+
+def _journal(repo: StudentRepo) -> Journal | None:
+    if not repo.journal_path.exists():
+        return None
+    journal = load_journal(repo.journal_path)
+    broken = chain_problems(journal)
+    if broken:
+        raise Refused(
+            f"the journal {repo.journal_path} does not verify ({broken[0]}); "
+            "restore it from version control before recording more"
+        )
+    return journal
+
+
+def _run(repo: StudentRepo, layout: Layout, limits: RunLimits) -> SuiteRun:
+    gru = repo.impl_dir / GRU_FILE
+    if not gru.is_file():
+        raise Refused(f"{gru}: no implementation file; your implementation belongs in {repo.impl}/{GRU_FILE}")
+    if not repo.tests_dir.is_dir():
+        raise Refused(f"{repo.tests_dir}: no tests folder; write your first test there")
+    violations = check_suite(repo.tests_dir)
+    if violations:
+        raise Refused(
+            "your tests would be rejected at grading:\n  " + "\n  ".join(str(v) for v in violations)
+        )
+    [run] = run_snapshot(
+        layout, repo.tests_dir, repo.impl_dir, limits,
+        [WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))],
+    )
+    if run.crashed:
+        raise Refused(f"the suite did not run to its end: {run.crashed}")
+    if run.collection_errors:
+        raise Refused(
+            "the tests could not be collected (a collection error is not a red; fix it first):\n  "
+            + "\n  ".join(run.collection_errors)
+        )
+    if not run.results:
+        raise Refused(f"no test was collected in {repo.tests_dir}: write a test_*.py file with a test_* function")
+    return run
+
+
+def _append(repo: StudentRepo, journal: Journal | None, phase: Phase, run: SuiteRun, introduced: list[str]) -> JournalEntry:
+    tests = digest_files(repo.tests_dir, TEST_PATTERNS)
+    impl = digest_files(repo.impl_dir / "tinyllm", IMPL_PATTERNS)
+    impl = {f"tinyllm/{path}": data for path, data in impl.items()}
+    entry = JournalEntry(
+        version=FORMAT_VERSION,
+        seq=len(journal.entries) + 1 if journal else 1,
+        phase=phase,
+        time=utc_now(),
+        tests={p: sha256_bytes(d) for p, d in tests.items()},
+        impl={p: sha256_bytes(d) for p, d in impl.items()},
+        outcomes={r.test_id: r.outcome for r in run.results},
+        introduced=introduced,
+        prev=sha256_bytes(journal.lines[-1].encode()) if journal and journal.lines else "",
+    )
+    blobs = repo.journal_path.parent / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    for data in [*tests.values(), *impl.values()]:
+        blob = blobs / sha256_bytes(data)
+        if not blob.exists():
+            blob.write_bytes(data)
+    with repo.journal_path.open("a", encoding="utf-8") as handle:
+        handle.write(entry_line(entry) + "\n")
+    return entry
+
+
+def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits | None = None) -> JournalEntry:
+    """Run ``tdd red`` or ``tdd green``: check the rules, then append an entry.
+
+    Raises:
+        Refused: when a rule does not hold; nothing is written then.
+        JournalFormatError: when the existing journal cannot be read.
+    """
+    limits = limits or RunLimits()
+    journal = _journal(repo)
+    last = journal.last if journal else None
+    if phase is Phase.RED:
+        if last is not None and last.phase is Phase.RED:
+            raise Refused(
+                f"the last entry (#{last.seq}) is already a red: make its new tests pass, then run "
+                "`mutagrade tdd green`"
+            )
+        run = _run(repo, layout, limits)
+        known = set(last.outcomes) if last is not None else set()
+        new = [r for r in run.results if r.test_id not in known]
+        if not new:
+            raise Refused(
+                "no test is new since the last green: write ONE new test that fails against your "
+                "current implementation, then run `mutagrade tdd red`"
+            )
+        passing = [r.test_id for r in new if r.outcome not in (Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT)]
+        if passing:
+            raise Refused(
+                f"these new tests do not fail against your current implementation: {', '.join(passing)}; "
+                "a red test must fail first (it shows the test can catch the missing behaviour)"
+            )
+        return _append(repo, journal, Phase.RED, run, [r.test_id for r in new])
+
+    if last is None or last.phase is not Phase.RED:
+        raise Refused("there is no red to turn green: write a failing test and run `mutagrade tdd red` first")
+    tests = {p: sha256_bytes(d) for p, d in digest_files(repo.tests_dir, TEST_PATTERNS).items()}
+    if tests != last.tests:
+        changed = sorted({p for p in tests if last.tests.get(p) != tests[p]} | {p for p in last.tests if p not in tests})
+        raise Refused(
+            f"the test files changed since the red (entry {last.seq}): {', '.join(changed)}; "
+            "a green keeps the red's tests byte for byte: change the implementation, not the tests "
+            "(or undo the test change)"
+        )
+    run = _run(repo, layout, limits)
+    failing = [f"{r.test_id} ({r.outcome.value})" for r in run.results if r.outcome is not Outcome.PASSED]
+    if failing:
+        raise Refused(f"not every test passes yet: {', '.join(failing)}; fix the implementation and try again")
+    return _append(repo, journal, Phase.GREEN, run, [])
+
+
+def status(repo: StudentRepo) -> str:
+    """Where the cycle stands: entries, which tests went red then green, the next command."""
+    if not repo.journal_path.exists():
+        return (
+            f"No journal yet ({repo.journal_path}).\n"
+            f"Next: write ONE test in {repo.tests}, then run `mutagrade tdd red`."
+        )
+    journal = load_journal(repo.journal_path)
+    lines = [f"Journal {repo.journal_path}: {len(journal.entries)} entries."]
+    broken = chain_problems(journal)
+    if broken:
+        lines.append("It does NOT verify:")
+        lines.extend(f"  - {p}" for p in broken)
+    for index, entry in enumerate(journal.entries):
+        if entry.phase is Phase.RED:
+            after = journal.entries[index + 1] if index + 1 < len(journal.entries) else None
+            state = f"green at #{after.seq}" if after else "waiting for green"
+            for test in entry.introduced:
+                lines.append(f"  red #{entry.seq:<3} {test}: {state}")
+    last = journal.last
+    if last is None or last.phase is Phase.GREEN:
+        lines.append(f"Next: write ONE new test in {repo.tests}, then run `mutagrade tdd red`.")
+    else:
+        lines.append("Next: make the new tests pass (change the implementation only), then run `mutagrade tdd green`.")
+    return "\n".join(lines)
