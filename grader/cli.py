@@ -223,6 +223,17 @@ def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK
 
 
+def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.check import check_repo
+    from grader.report import render
+
+    report = check_repo(_student_repo(args), layout=layout, assignment=_assignment(args, layout))
+    print(render(report, args.format))
+    if not report.policy.ok:
+        return EXIT_BAD_INPUT
+    return EXIT_OK if report.passed else EXIT_NOT_PASSED
+
+
 def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
     from grader.demo import run_demo
 
@@ -262,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     tdd.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
     tdd.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
     tdd.set_defaults(run=_cmd_tdd)
+
+    check = commands.add_parser("check", help="your implementation, your journal and your tests' grade, at once")
+    check.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
+    check.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
+    check.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
+    check.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    check.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    check.set_defaults(run=_cmd_check)
 
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)

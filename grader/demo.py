@@ -10,6 +10,7 @@ import numpy as np
 from grader.assignment import load_assignment
 from grader.golden import load_implementation
 from grader.grading import grade_suite
+from grader.journal import verify_journal
 from grader.models import Outcome, WorkerRun
 from grader.paths import Layout
 from grader.report import render
@@ -67,10 +68,17 @@ def run_demo(layout: Layout) -> int:
     print(f"  ∂h′/∂h = z + (1 − z)(1 − n²) r W_hn = {grad:.6f}")
     ok = passed == len(run.results) > 0 and not any(problems)
 
-    tests = layout.examples / "student" / "python" / "tests" / "l3-3-gru"
+    student = layout.examples / "student"
+    tests = student / "python" / "tests" / "l3-3-gru"
+    journal_path = student / ".tdd" / "journal.jsonl"
     print()
-    print(f"Grading the bundled student suite {tests.relative_to(layout.root)} by mutation:")
+    print(
+        f"Grading the bundled student suite {tests.relative_to(layout.root)} by mutation, "
+        f"with its journal {journal_path.relative_to(layout.root)}:"
+    )
     print()
-    report = grade_suite(tests, layout=layout, assignment=load_assignment(layout.assignment))
+    assignment = load_assignment(layout.assignment)
+    journal = verify_journal(journal_path, tests, layout=layout, limits=assignment.run_limits())
+    report = grade_suite(tests, layout=layout, assignment=assignment, journal=journal)
     print(render(report, "text"))
     return 0 if ok and report.passed else 1

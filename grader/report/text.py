@@ -222,10 +222,23 @@ def _checks_lines(report: Report) -> list[str]:
     if not journal.checked:
         lines.append("Journal: not checked")
     elif journal.ok and not journal.problems:
-        lines.append("Journal: verified")
+        lines.append(f"Journal: verified ({journal.entries} entries, replayed in {journal.replay_s:.1f} s)")
     else:
         lines.append(f"Journal: {'ok, with remarks' if journal.ok else 'NOT VERIFIED'}")
         lines.extend(f"  * {p}" for p in journal.problems)
+    impl = report.implementation
+    if impl.checked:
+        passed = sum(t.outcome.value == "passed" for t in impl.tests)
+        torch_note = "fixture goldens and live torch" if impl.live_torch else "fixture goldens; torch not installed"
+        lines.append(
+            f"Implementation {impl.implementation}: {'ok' if impl.ok else 'FAILS'}, "
+            f"{passed}/{len(impl.tests)} course tests pass ({torch_note})"
+        )
+        for test in impl.tests:
+            if test.outcome.value != "passed":
+                first = test.message.splitlines()[0] if test.message else ""
+                lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(first)}" if first else ""))
+        lines.extend(f"  * {printable(p)}" for p in impl.problems)
     if report.problems:
         lines.append(f"Problems while running ({len(report.problems)}):")
         lines.extend(f"  * {p}" for p in report.problems)

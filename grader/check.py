@@ -1,0 +1,94 @@
+"""``mutagrade check``: the student's one command before submitting.
+
+The course tests against the student's own implementation (goldens from the fixtures, and live
+``torch.nn.GRU`` on the CPU where torch is installed), the red-then-green journal, and the
+mutation grade of the student's tests: one report, one verdict.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from grader.assignment import Assignment
+from grader.golden import torch_available
+from grader.grading import GradingInputError, grade_suite
+from grader.journal import GRU_FILE, run_snapshot, verify_journal
+from grader.models import CourseTestResult, ImplementationCheck, JournalSummary, Report, WorkerRun
+from grader.paths import Layout
+from grader.runner import RunLimits
+from grader.tdd import StudentRepo
+
+__all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_repo"]
+
+# Run in the sandboxed worker with the student's package installed: live torch, fresh cases.
+LIVE_TORCH_TEST = '''"""Your GRU against live torch.nn.GRU on fresh random cases (float64, CPU)."""
+
+import tinyllm.rnn.gru as gru
+
+from grader.golden import live_deviations
+
+
+def test_matches_live_torch():
+    cases = live_deviations(gru, seed=20261202, cases=6)
+    off = [f"{c.case}: {c.worst} off by {c.deviation:.3g}" for c in cases if not c.matches]
+    assert not off, "differs from torch.nn.GRU: " + "; ".join(off)
+'''
+TORCH_MEMORY = 6 * 1024**3  # torch reserves far more address space than it uses
+
+
+def check_implementation(
+    impl_dir: Path, *, layout: Layout, limits: RunLimits, live: bool | None = None
+) -> ImplementationCheck:
+    """Run the course tests (and, where torch is installed, a live torch comparison) against
+    the ``tinyllm`` package in ``impl_dir``.
+
+    Raises:
+        GradingInputError: if ``impl_dir`` holds no ``tinyllm/rnn/gru.py``.
+    """
+    gru = impl_dir / GRU_FILE
+    if not gru.is_file():
+        raise GradingInputError(f"{gru}: no implementation; expected your tinyllm package in {impl_dir}")
+    live = torch_available() if live is None else live
+    run = WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))
+    runs = run_snapshot(layout, layout.course_tests, impl_dir, limits, [run])
+    if live:
+        with tempfile.TemporaryDirectory(prefix="mutagrade-live-") as tmp:
+            (Path(tmp) / "test_live_torch.py").write_text(LIVE_TORCH_TEST)
+            torch_limits = RunLimits(
+                run_timeout=limits.run_timeout, test_timeout=max(limits.test_timeout, 60.0),
+                memory_bytes=max(limits.memory_bytes, TORCH_MEMORY), jobs=1,
+            )
+            runs += run_snapshot(layout, Path(tmp), impl_dir, torch_limits, [run])
+    tests = [CourseTestResult(id=r.test_id, outcome=r.outcome, message=r.message) for s in runs for r in s.results]
+    problems = [p for s in runs for p in ([s.crashed] if s.crashed else []) + list(s.collection_errors)]
+    ok = bool(tests) and not problems and all(t.outcome.value == "passed" for t in tests)
+    return ImplementationCheck(
+        checked=True, ok=ok, implementation=str(impl_dir), live_torch=live, tests=tests, problems=problems
+    )
+
+
+def check_repo(repo: StudentRepo, *, layout: Layout, assignment: Assignment) -> Report:
+    """The whole check of a student repository: implementation, journal, mutation grade.
+
+    Raises:
+        GradingInputError: if the implementation or the tests are missing.
+    """
+    limits = assignment.run_limits()
+    implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)
+    if repo.journal_path.exists():
+        journal = verify_journal(repo.journal_path, repo.tests_dir, layout=layout, limits=limits)
+    else:
+        journal = JournalSummary(
+            checked=True, ok=False,
+            problems=[f"no journal at {repo.journal_path}: record each test with `mutagrade tdd red` and `tdd green`"],
+        )
+    report = grade_suite(
+        repo.tests_dir, layout=layout, assignment=assignment, journal=journal, submission=str(repo.root)
+    )
+    reasons = list(report.reasons)
+    if not implementation.ok:
+        reasons.insert(0, "your implementation does not pass the course tests")
+    if not journal.ok and "the red-then-green journal does not verify" not in reasons:
+        reasons.append("the red-then-green journal does not verify")
+    return report.model_copy(update={"implementation": implementation, "reasons": reasons, "passed": not reasons})
