@@ -14,7 +14,7 @@ $(BIN)/python:
 # Re-installs whenever pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[torch,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[torch,dev,service]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -234,6 +234,76 @@ def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
 
 
+def _cmd_serve(args: argparse.Namespace, layout: Layout) -> int:
+    import uvicorn
+
+    from api.config import get_settings
+    from api.main import create_app
+
+    settings = get_settings(root=args.root, workers=args.workers)
+    app = create_app(settings)
+    print(f"mutagrade serving on http://{args.host}:{args.port} (database {settings.database_url}, "
+          f"{settings.queue} queue, {settings.workers} grading worker(s))", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return EXIT_OK
+
+
+def _admin_session(args: argparse.Namespace):
+    from api.config import get_settings
+    from api.db import make_engine, make_sessionmaker
+    from api.migrate import upgrade
+
+    settings = get_settings(root=args.root)
+    upgrade(settings.database_url)
+    return make_sessionmaker(make_engine(settings.database_url))()
+
+
+def _cmd_admin(args: argparse.Namespace, layout: Layout) -> int:
+    from api import crud
+    from api.db import Submission
+
+    with _admin_session(args) as session:
+        if args.verb == "token-create":
+            try:
+                user, token = crud.create_user(session, name=args.user, role=args.role)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            print(token)
+            print(f"token for {user.name} ({user.role}); it is shown only once", file=sys.stderr)
+        elif args.verb == "token-list":
+            for user in crud.list_users(session):
+                print(f"{user.name}\t{user.role}\t{crud.as_utc(user.created_at)}")
+        elif args.verb == "regrade":
+            ids = args.ids
+            if args.failed:
+                ids += [s.id for s in crud.list_submissions(session, status="error", limit=100000)]
+            if not ids:
+                raise UsageError("regrade: expected submission ids or --failed")
+            for submission_id in ids:
+                submission = session.get(Submission, submission_id)
+                if submission is None:
+                    raise UsageError(f"submission {submission_id}: no such submission")
+                crud.regrade(session, submission=submission)
+            print(f"queued {len(ids)} submission(s) for regrading; a running server picks them up")
+    return EXIT_OK
+
+
+def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
+    from api.client import ClientError, submit
+
+    token = args.token or os.environ.get("MUTAGRADE_TOKEN")
+    if not token:
+        raise UsageError("a token is needed: --token TOKEN or MUTAGRADE_TOKEN")
+    repo = Path(args.repo)
+    if not repo.is_dir():
+        raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
+    try:
+        return submit(repo, server=args.server, token=token, fmt=args.format, timeout=args.timeout)
+    except ClientError as exc:
+        print(f"mutagrade submit: {exc}", file=sys.stderr)
+        return exc.code
+
+
 def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
     from grader.demo import run_demo
 
@@ -281,6 +351,34 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
     check.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     check.set_defaults(run=_cmd_check)
+
+    serve = commands.add_parser("serve", help="run the grading service (API, pages, in-process workers)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=None, help="grading threads (default: MUTAGRADE_WORKERS or 1)")
+    serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    serve.set_defaults(run=_cmd_serve)
+
+    admin = commands.add_parser("admin", help="staff: tokens and regrades (database from MUTAGRADE_DATABASE_URL)")
+    admin_verbs = admin.add_subparsers(dest="admin_verb", required=True, metavar="VERB")
+    token = admin_verbs.add_parser("token", help="create or list tokens").add_subparsers(dest="token_verb", required=True)
+    create = token.add_parser("create", help="create a user's token (printed once)")
+    create.add_argument("--user", required=True)
+    create.add_argument("--role", required=True, choices=("student", "staff"))
+    create.set_defaults(run=_cmd_admin, verb="token-create")
+    token.add_parser("list", help="every user and role").set_defaults(run=_cmd_admin, verb="token-list")
+    regrade = admin_verbs.add_parser("regrade", help="queue submissions for grading again")
+    regrade.add_argument("ids", nargs="*", type=int)
+    regrade.add_argument("--failed", action="store_true", help="every submission that ended in error")
+    regrade.set_defaults(run=_cmd_admin, verb="regrade")
+
+    submit = commands.add_parser("submit", help="students: upload your tests and journal, wait, print the report")
+    submit.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
+    submit.add_argument("--server", required=True, help="e.g. http://127.0.0.1:8000")
+    submit.add_argument("--token", help="your token (default: MUTAGRADE_TOKEN)")
+    submit.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the grade")
+    submit.set_defaults(run=_cmd_submit)
 
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)

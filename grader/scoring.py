@@ -24,7 +24,7 @@ from grader.models import (
 from grader.runner import Matrix
 from grader.variants import Variant, VariantKind
 
-__all__ = ["HIDDEN_HINT", "score_suite", "shown_ids"]
+__all__ = ["HIDDEN_HINT", "score_suite", "shown_ids", "student_view"]
 
 HIDDEN_HINT = (
     "This mutant is hidden: its mistake is not shown. Look for a part of the contract "
@@ -204,4 +204,47 @@ def score_suite(
         policy=policy,
         problems=problems,
         timing=timing or Timing(),
+    )
+
+
+def student_view(report: Report, variants: list[Variant]) -> Report:
+    """The report a student may see of a staff report: hidden mutants renamed "hidden mutant
+    N", their titles and hints withheld."""
+    if report.audience == "student":
+        return report
+    names = shown_ids(variants, "student")
+    hidden = {v.id for v in variants if v.kind is VariantKind.MUTANT and v.spec.hidden}
+
+    def rename(ids: list[str]) -> list[str]:
+        return [names.get(i, i) for i in ids]
+
+    mutants = [
+        m.model_copy(update={"id": names[m.id], "title": names[m.id], "hint": HIDDEN_HINT if not m.killed else ""})
+        if m.id in hidden
+        else m
+        for m in report.mutants
+    ]
+    tests = [
+        t.model_copy(update={"kills": rename(t.kills), "outcomes": {names.get(k, k): v for k, v in t.outcomes.items()}})
+        for t in report.tests
+    ]
+    score = report.score.model_copy(
+        update={"required": rename(report.score.required), "required_missing": rename(report.score.required_missing)}
+    )
+    problems = list(report.problems)
+    for variant_id in hidden:
+        problems = [p.replace(f"{variant_id}:", f"{names[variant_id]}:") for p in problems]
+    reasons = list(report.reasons)
+    for variant_id in hidden:
+        reasons = [r.replace(variant_id, names[variant_id]) for r in reasons]
+    return report.model_copy(
+        update={
+            "audience": "student",
+            "mutants": mutants,
+            "tests": tests,
+            "score": score,
+            "variants": rename(report.variants),
+            "problems": problems,
+            "reasons": reasons,
+        }
     )

@@ -244,3 +244,16 @@ def test_the_example_can_be_copied_anywhere(tmp_path):
     shutil.copytree(EXAMPLE, tmp_path / "copy")
     report = grade_suite(tmp_path / "copy", layout=LAYOUT, assignment=FAST)
     assert report.passed
+
+
+def test_the_student_view_of_a_staff_report_equals_a_student_report(tmp_path):
+    from grader.scoring import student_view
+    from grader.variants import build_variants
+
+    tests = suite(tmp_path, HAND)
+    staff = grade_suite(tests, layout=LAYOUT, assignment=FAST, audience="staff")
+    student = grade_suite(tests, layout=LAYOUT, assignment=FAST, audience="student")
+    derived = student_view(staff, build_variants(LAYOUT))
+    keep = {"passed", "reasons", "score", "mutants", "variants", "audience"}
+    assert derived.model_dump(include=keep) == student.model_dump(include=keep)
+    assert [t.kills for t in derived.tests] == [t.kills for t in student.tests]

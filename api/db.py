@@ -1,0 +1,88 @@
+"""The database: SQLAlchemy 2 models of users and submissions, and the engine factory."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
+
+__all__ = ["Base", "Submission", "User", "make_engine", "make_sessionmaker", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class User(Base):
+    """A student or a member of staff, known by a bearer token (stored hashed)."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True, index=True)
+    role: Mapped[str] = mapped_column(String(10))  # "student" | "staff"
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    submissions: Mapped[list["Submission"]] = relationship(back_populates="user")
+
+
+class Submission(Base):
+    """One uploaded archive and, once graded, its report. The status is the job's state:
+    queued -> running -> done | error; a job left running when a server stopped is queued again."""
+
+    __tablename__ = "submissions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    status: Mapped[str] = mapped_column(String(10), index=True, default="queued")
+    archive: Mapped[bytes] = mapped_column(LargeBinary)
+    archive_name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    claimed_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    passed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    kill_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    report_json: Mapped[str | None] = mapped_column(Text, nullable=True)  # staff view of the report
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    user: Mapped[User] = relationship(back_populates="submissions")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout so threads can share it."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(connection, _record) -> None:  # pragma: no cover - set-up
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker:
+    return sessionmaker(bind=engine, expire_on_commit=False)

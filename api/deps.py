@@ -1,0 +1,59 @@
+"""Typed dependencies of the routes: the database session, the current user, staff only."""
+
+from __future__ import annotations
+
+from typing import Annotated, Iterator
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from api import crud
+from api.db import User
+
+__all__ = ["CurrentUser", "SessionDep", "StaffUser", "get_session"]
+
+TOKEN_COOKIE = "mutagrade_token"
+_bearer = HTTPBearer(auto_error=False, description="a token from `mutagrade admin token create`")
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with request.app.state.make_session() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def get_current_user(
+    request: Request,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
+    """The user of the bearer token (or, for the web pages, of the token cookie or ``?token=``)."""
+    token = credentials.credentials if credentials else None
+    token = token or request.cookies.get(TOKEN_COOKIE) or request.query_params.get("token")
+    if not token:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing token: send 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    user = crud.user_by_token(session, token=token)
+    if user is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return user
+
+
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+def get_staff_user(user: CurrentUser) -> User:
+    if user.role != "staff":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this route is for course staff only")
+    return user
+
+
+StaffUser = Annotated[User, Depends(get_staff_user)]

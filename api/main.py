@@ -1,0 +1,71 @@
+"""The FastAPI application, built by :func:`create_app` from settings (nothing at import time)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from api.config import Settings, get_settings
+from api.db import make_engine, make_sessionmaker
+from api.jobs import layout_of
+from api.migrate import upgrade
+from api.queue import make_queue
+from api.ratelimit import RateLimiter
+from api.routes import pages, public, staff, submissions
+from grader import __version__
+from grader.assignment import load_assignment
+from grader.variants import build_variants
+
+__all__ = ["create_app"]
+
+
+def _describe(errors: list[dict]) -> str:
+    parts = []
+    for error in errors:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body",)) or "request"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app, its database migrated, its queue started with the app and stopped after it."""
+    settings = settings or get_settings()
+    layout = layout_of(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        upgrade(settings.database_url)
+        app.state.queue.start()
+        try:
+            yield
+        finally:
+            app.state.queue.stop()
+            app.state.engine.dispose()
+
+    app = FastAPI(
+        title="mutagrade",
+        version=__version__,
+        summary="Grades students' GRU test suites by the mutants they kill.",
+        lifespan=lifespan,
+    )
+    engine = make_engine(settings.database_url)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.make_session = make_sessionmaker(engine)
+    app.state.layout = layout
+    app.state.variants = build_variants(layout)
+    app.state.assignment = load_assignment(layout.assignment)
+    app.state.limiter = RateLimiter(settings.rate_limit, settings.rate_window_s)
+    app.state.queue = make_queue(settings=settings, make_session=app.state.make_session)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _describe(exc.errors())}, status_code=422)
+
+    for module in (submissions, staff, public, pages):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,93 @@
+"""The queue behind one small interface: submissions in, graded submissions out.
+
+``LocalQueue`` (the default) grades in threads of the server process. Jobs live in the
+database (a submission's status is its job's state), so jobs left queued or running when the
+server stopped resume when it starts again. The Celery backend implements the same interface.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Protocol
+
+from sqlalchemy.orm import sessionmaker
+
+from api import crud
+from api.config import Settings
+from api.jobs import grade_submission
+
+__all__ = ["LocalQueue", "Queue", "make_queue"]
+
+log = logging.getLogger("mutagrade.queue")
+
+
+class Queue(Protocol):
+    """What the API needs of a queue."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def enqueue(self, submission_id: int) -> None: ...
+    def healthy(self) -> bool: ...
+
+
+class LocalQueue:
+    """Grading threads in this process, fed from the database."""
+
+    def __init__(self, *, settings: Settings, make_session: sessionmaker) -> None:
+        self.settings = settings
+        self.make_session = make_session
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._wake = threading.Condition()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        with self.make_session() as session:
+            resumed = crud.requeue_running(session)
+        if resumed:
+            log.info("resumed %d job(s) left running by a stopped server", resumed)
+        for number in range(self.settings.workers):
+            thread = threading.Thread(target=self._loop, args=(f"{self.name}/{number}",), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def enqueue(self, submission_id: int) -> None:
+        with self._wake:
+            self._wake.notify()
+
+    def healthy(self) -> bool:
+        return all(t.is_alive() for t in self._threads) and len(self._threads) == self.settings.workers
+
+    def _loop(self, worker: str) -> None:
+        while not self._stopping.is_set():
+            try:
+                with self.make_session() as session:
+                    submission = crud.claim_next(session, worker=worker)
+                if submission is None:
+                    with self._wake:
+                        self._wake.wait(timeout=1.0)
+                    continue
+                grade_submission(submission, settings=self.settings, make_session=self.make_session, worker=worker)
+            except Exception:  # noqa: BLE001 - a broken job must not end the worker thread
+                log.exception("grading worker %s: unexpected error; continuing", worker)
+                self._stopping.wait(1.0)
+
+
+def make_queue(*, settings: Settings, make_session: sessionmaker) -> Queue:
+    """The queue backend the settings name."""
+    if settings.queue == "celery":
+        from api.celery_queue import CeleryQueue
+
+        return CeleryQueue(settings=settings, make_session=make_session)
+    return LocalQueue(settings=settings, make_session=make_session)

@@ -1,0 +1,131 @@
+"""Submissions: upload, status, reports in every format, listing, regrade."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from fastapi import APIRouter, File, HTTPException, Query, Request, Response, UploadFile, status
+
+from api import crud
+from api.archive import ArchiveError, check_archive
+from api.deps import CurrentUser, SessionDep, StaffUser
+from api.jobs import archive_limits
+from api.schemas import SubmissionCreated, SubmissionPublic
+from api.views import done_report, links, owned_submission, public
+from grader.report import render
+
+router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
+
+_ERRORS = {
+    401: {"description": "missing or unknown token"},
+    404: {"description": "no such submission (or not yours)"},
+}
+
+
+async def _read_capped(upload: UploadFile, limit: int) -> bytes:
+    """The upload's bytes, refusing as soon as they pass ``limit``."""
+    chunks, size = [], 0
+    while chunk := await upload.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise ArchiveError(f"the archive is larger than {limit} bytes, the most accepted", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SubmissionCreated,
+    responses={**_ERRORS, 413: {"description": "too large"}, 415: {"description": "not an archive"},
+               422: {"description": "a member breaks a rule"}, 429: {"description": "too many submissions"}},
+)
+async def create_submission(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    user: CurrentUser,
+    archive: Annotated[UploadFile, File(description="a .tar.gz or .zip of your tests (and .tdd/)")],
+) -> SubmissionCreated:
+    """Upload a submission; it is checked now, stored, and graded in the background."""
+    settings = request.app.state.settings
+    wait = request.app.state.limiter.hit(user.id)
+    if wait:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"at most {settings.rate_limit} submissions per {settings.rate_window_s:g} s; try again in {math.ceil(wait)} s",
+            headers={"Retry-After": str(math.ceil(wait))},
+        )
+    try:
+        data = await _read_capped(archive, settings.max_upload_bytes)
+        check_archive(data, archive_limits(settings))
+    except ArchiveError as exc:
+        raise HTTPException(exc.status, f"archive {archive.filename!r}: {exc}") from None
+    submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive")
+    request.app.state.queue.enqueue(submission.id)
+    response.headers["Location"] = f"/v1/submissions/{submission.id}"
+    return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
+
+
+@router.get("", response_model=list[SubmissionPublic], responses=_ERRORS)
+def list_submissions(
+    request: Request,
+    session: SessionDep,
+    user: CurrentUser,
+    student: Annotated[str | None, Query(description="staff: only this student's")] = None,
+    status_: Annotated[str | None, Query(alias="status", pattern="^(queued|running|done|error)$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[SubmissionPublic]:
+    """A student's own submissions; staff see everyone's, with filters."""
+    own = None if user.role == "staff" else user
+    rows = crud.list_submissions(
+        session, user=own, student=student if own is None else None, status=status_, limit=limit, offset=offset
+    )
+    return [public(request, s, user, with_report=False) for s in rows]
+
+
+@router.get("/{submission_id}", response_model=SubmissionPublic, responses=_ERRORS)
+def get_submission(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> SubmissionPublic:
+    """Status, and the report once the submission is done."""
+    return public(request, owned_submission(session, submission_id, user), user, with_report=True)
+
+
+@router.get("/{submission_id}/report.json", responses={**_ERRORS, 409: {"description": "not graded yet"}})
+def report_json(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+    report = done_report(request, owned_submission(session, submission_id, user), user)
+    return Response(render(report, "json"), media_type="application/json")
+
+
+@router.get("/{submission_id}/report.junit.xml", responses={**_ERRORS, 409: {"description": "not graded yet"}})
+def report_junit(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+    report = done_report(request, owned_submission(session, submission_id, user), user)
+    return Response(render(report, "junit"), media_type="application/xml")
+
+
+@router.get("/{submission_id}/report.gradescope.json", responses={**_ERRORS, 409: {"description": "not graded yet"}})
+def report_gradescope(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+    report = done_report(request, owned_submission(session, submission_id, user), user)
+    return Response(render(report, "gradescope"), media_type="application/json")
+
+
+@router.get("/{submission_id}/report.html", responses={**_ERRORS, 409: {"description": "not graded yet"}})
+def report_html(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+    from api.routes.pages import submission_page
+
+    return submission_page(request, session, user, submission_id)
+
+
+@router.post(
+    "/{submission_id}/regrade",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SubmissionCreated,
+    responses={**_ERRORS, 403: {"description": "staff only"}},
+)
+def regrade(request: Request, session: SessionDep, user: StaffUser, submission_id: int) -> SubmissionCreated:
+    """Grade a submission again (staff)."""
+    submission = owned_submission(session, submission_id, user)
+    crud.regrade(session, submission=submission)
+    request.app.state.queue.enqueue(submission.id)
+    return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
