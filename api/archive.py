@@ -96,10 +96,10 @@ def _members_zip(data: bytes) -> list[tuple[Member, bool]]:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             for info in archive.infolist():
-                mode = info.external_attr >> 16
-                if stat.S_ISLNK(mode):
+                kind = stat.S_IFMT(info.external_attr >> 16)  # 0: made elsewhere, no file type
+                if kind == stat.S_IFLNK:
                     raise ArchiveError(f"member {info.filename!r}: links are not allowed")
-                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
                     raise ArchiveError(f"member {info.filename!r}: devices, fifos and other special files are not allowed")
                 out.append((Member(_check_name(info.filename), info.file_size), info.is_dir()))
     except (zipfile.BadZipFile, OSError) as exc:
