@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     max_unpacked_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     rate_limit: int = Field(default=10, ge=1, description="submissions a student may post per window")
     rate_window_s: float = Field(default=60.0, gt=0)
+    visibility_timeout_s: float = Field(
+        default=3600.0, gt=0,
+        description="Celery/Redis: a job whose worker vanished is handed to another after this long",
+    )
+    task_time_limit_s: float = Field(default=900.0, gt=0, description="Celery: a grading job is killed after this long")
     root: Path | None = Field(default=None, description="the mutagrade checkout (default: this one)")
     grade_jobs: int | None = Field(default=None, ge=1, description="children per grading run (default: cores)")
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.db import Submission, User, utcnow
 
 __all__ = [
     "as_utc",
+    "claim",
     "claim_next",
     "create_submission",
     "create_user",
@@ -112,6 +113,23 @@ def claim_next(session: Session, *, worker: str, ids: list[int] | None = None) -
         session.commit()
         if claimed.rowcount == 1:
             return session.get(Submission, candidate, populate_existing=True)
+
+
+def claim(session: Session, *, submission_id: int, worker: str, stale_after_s: float) -> Submission | None:
+    """Claim one submission for ``worker``: if it is queued, or running under a claim older
+    than ``stale_after_s`` (its worker died: the broker gave the job to another). None when it
+    is done, or fresh in another worker's hands."""
+    stale = utcnow() - timedelta(seconds=stale_after_s)
+    claimed = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == submission_id,
+            or_(Submission.status == "queued", and_(Submission.status == "running", Submission.started_at < stale)),
+        )
+        .values(status="running", claimed_by=worker, started_at=utcnow(), attempts=Submission.attempts + 1)
+    )
+    session.commit()
+    return session.get(Submission, submission_id, populate_existing=True) if claimed.rowcount == 1 else None
 
 
 def finish_submission(

@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 
-__all__ = ["Base", "Submission", "User", "make_engine", "make_sessionmaker", "utcnow"]
+__all__ = ["Base", "GoldenRun", "Submission", "User", "make_engine", "make_sessionmaker", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -66,6 +66,24 @@ class Submission(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     user: Mapped[User] = relationship(back_populates="submissions")
+
+
+class GoldenRun(Base):
+    """A live torch comparison of every variant (and optionally a submission's implementation),
+    run on a worker's device (queue ``gpu`` under Celery)."""
+
+    __tablename__ = "golden_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(10), index=True, default="queued")
+    submission_id: Mapped[int | None] = mapped_column(ForeignKey("submissions.id"), nullable=True)
+    cases: Mapped[int] = mapped_column(Integer, default=4)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    claimed_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    result_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 def make_engine(url: str) -> Engine:

@@ -15,7 +15,7 @@ from api.jobs import layout_of
 from api.migrate import upgrade
 from api.queue import make_queue
 from api.ratelimit import RateLimiter
-from api.routes import pages, public, staff, submissions
+from api.routes import golden, pages, public, staff, submissions
 from grader import __version__
 from grader.assignment import load_assignment
 from grader.variants import build_variants
@@ -66,6 +66,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _describe(exc.errors())}, status_code=422)
 
-    for module in (submissions, staff, public, pages):
+    for module in (submissions, staff, golden, public, pages):
         app.include_router(module.router)
     return app

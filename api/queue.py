@@ -31,6 +31,7 @@ class Queue(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def enqueue(self, submission_id: int) -> None: ...
+    def enqueue_golden(self, run_id: int) -> None: ...
     def healthy(self) -> bool: ...
 
 
@@ -65,6 +66,16 @@ class LocalQueue:
     def enqueue(self, submission_id: int) -> None:
         with self._wake:
             self._wake.notify()
+
+    def enqueue_golden(self, run_id: int) -> None:
+        from api.golden_jobs import run_golden
+
+        # One comparison at a time is plenty on a machine without a GPU worker.
+        thread = threading.Thread(
+            target=run_golden, args=(run_id,), kwargs={"settings": self.settings, "make_session": self.make_session},
+            daemon=True,
+        )
+        thread.start()
 
     def healthy(self) -> bool:
         return all(t.is_alive() for t in self._threads) and len(self._threads) == self.settings.workers

@@ -95,24 +95,56 @@ def _cmd_calibrate(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.golden import golden_deviations, live_deviations, load_goldens, load_implementation, torch_available
+    from grader.golden import (
+        device_in_use, golden_deviations, golden_throughput, live_deviations, load_goldens, load_implementation,
+        torch_available,
+    )
 
     goldens = load_goldens(layout.goldens)
     live = torch_available() and not args.no_live
+    device, dtype = device_in_use() if live else ("cpu", "float64")
+    if args.device:
+        device, dtype = args.device, ("float32" if args.device.startswith("cuda") else "float64")
     wrong = 0
+    print(f"live torch: {'on ' + device + ' in ' + dtype if live else 'not installed or --no-live'}")
     print(f"{'variant':<10} {'kind':<9} {'stored goldens':<16} {'live torch':<16} verdict")
+    reference_impl = None
     for variant in build_variants(layout):
         impl = load_implementation(variant.source, layout.reference, f"mutagrade_golden_{variant.id}")
+        reference_impl = reference_impl or impl
         stored = max(c.deviation for c in golden_deviations(impl, goldens))
-        fresh = max((c.deviation for c in live_deviations(impl, seed=args.seed, cases=args.cases)), default=0.0) if live else None
-        matches = stored <= 1e-10 and (fresh is None or fresh <= 1e-10)
+        cases = live_deviations(impl, seed=args.seed, cases=args.cases, device=device, dtype=dtype) if live else []
+        fresh = max((c.deviation for c in cases), default=None)
+        matches = stored <= 1e-10 and all(c.matches for c in cases)
         if variant.kind is VariantKind.MUTANT:
             wrong += matches and variant.spec.differs_on == "goldens"  # an equivalent mutant
         else:
             wrong += not matches  # a correct variant must match torch
         shown_fresh = "n/a" if fresh is None else _dev(fresh)
         print(f"{variant.id:<10} {variant.kind.value:<9} {_dev(stored):<16} {shown_fresh:<16} {'matches torch' if matches else 'differs'}")
+    if live and args.throughput:
+        speed = golden_throughput(reference_impl, device=device, dtype=dtype, cases=args.throughput, batch=args.batch)
+        print(f"throughput: {speed.cases_per_s:.1f} cases/s on {speed.device} ({speed.dtype}), "
+              f"{speed.cases} cases in batches of {args.batch}, max deviation {speed.max_deviation:.3g}")
     return EXIT_OK if wrong == 0 else EXIT_NOT_PASSED
+
+
+def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
+    from api.celery_app import make_celery
+    from api.config import get_settings
+    from grader.golden import device_in_use
+
+    settings = get_settings(root=args.root)
+    device, dtype = device_in_use()
+    print(f"mutagrade worker: queues {args.queues}, device {device} ({dtype} comparisons), "
+          f"broker {settings.broker_url}, database {settings.database_url}", file=sys.stderr, flush=True)
+    app = make_celery(settings)
+    app.worker_main([
+        "worker", "--queues", args.queues, "--concurrency", str(args.concurrency),
+        "--loglevel", args.log_level, "--hostname", args.hostname or f"{args.queues}@%h", "--without-gossip",
+        "--without-mingle",
+    ])
+    return EXIT_OK
 
 
 def _dev(value: float) -> str:
@@ -380,6 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the grade")
     submit.set_defaults(run=_cmd_submit)
 
+    worker = commands.add_parser("worker", help="a Celery worker: grading (cpu) or torch comparisons (gpu)")
+    worker.add_argument("--queues", required=True, choices=("cpu", "gpu", "cpu,gpu"))
+    worker.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
+    worker.add_argument("--hostname", help="the worker's node name (default: QUEUES@host)")
+    worker.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    worker.set_defaults(run=_cmd_worker)
+
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)
 
@@ -402,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     golden.add_argument("--cases", type=int, default=4, help="live random cases per variant (default 4)")
     golden.add_argument("--seed", type=int, default=0)
     golden.add_argument("--no-live", action="store_true", help="stored goldens only, even where torch is installed")
+    golden.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when present, else cpu)")
+    golden.add_argument("--throughput", type=int, default=0, metavar="N", help="also time N batched cases")
+    golden.add_argument("--batch", type=int, default=64, help="cases per batch for --throughput")
     golden.set_defaults(run=_cmd_golden)
     return parser
 

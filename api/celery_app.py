@@ -1,0 +1,78 @@
+"""The Celery application and its two tasks: ``grade`` (queue ``cpu``) and ``golden`` (queue ``gpu``).
+
+This module owns the app; it is built by :func:`make_celery` from settings. Tasks are thin:
+they take ids, re-fetch everything from the database, call the grader's library functions and
+write results to the database. They are idempotent (a claim in the database decides who grades),
+so they can be ``acks_late``: a job whose worker dies is delivered again and graded once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from api import crud
+from api.config import Settings, get_settings
+from api.db import make_engine, make_sessionmaker
+from api.jobs import grade_submission
+
+__all__ = ["make_celery"]
+
+
+def make_celery(settings: Settings | None = None) -> Celery:
+    """The Celery app for these settings, with the ``grade`` and ``golden`` tasks."""
+    settings = settings or get_settings()
+    app = Celery("mutagrade", broker=settings.broker_url)
+    app.conf.update(
+        task_acks_late=True,  # a job is acknowledged only when it is done ...
+        task_reject_on_worker_lost=True,  # ... and given to another worker if this one dies
+        worker_prefetch_multiplier=1,  # one job at a time per process: no hoarding
+        task_time_limit=settings.task_time_limit_s,
+        task_soft_time_limit=max(1.0, settings.task_time_limit_s - 10),
+        task_default_queue="cpu",
+        task_routes={"mutagrade.grade": {"queue": "cpu"}, "mutagrade.golden": {"queue": "gpu"}},
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        task_ignore_result=True,  # results go to the database, not to a result backend
+        worker_hijack_root_logger=False,
+    )
+    state: dict[str, object] = {}
+
+    def sessions():
+        if "make_session" not in state:  # one engine per worker process, made after the fork
+            state["make_session"] = make_sessionmaker(make_engine(settings.database_url))
+        return state["make_session"]
+
+    @worker_process_init.connect(weak=False)
+    def _fresh_engine(**_: object) -> None:
+        state.clear()
+
+    @app.task(name="mutagrade.grade", bind=True, max_retries=3, default_retry_delay=5)
+    def grade(task, submission_id: int) -> str:
+        """Grade one submission by id (idempotent)."""
+        worker = f"{socket.gethostname()}:{os.getpid()}:{task.request.id}"
+        make_session = sessions()
+        try:
+            with make_session() as session:
+                submission = crud.claim(
+                    session, submission_id=submission_id, worker=worker, stale_after_s=settings.visibility_timeout_s
+                )
+        except Exception as exc:  # the database is away for a moment: try again later
+            raise task.retry(exc=exc) from exc
+        if submission is None:
+            return "skipped: done, or being graded by a live worker"
+        stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker)
+        return "graded" if stored else "graded, but another worker's result stood"
+
+    @app.task(name="mutagrade.golden", bind=True, max_retries=1)
+    def golden(task, run_id: int) -> str:
+        """Compare variants (and a student implementation) with live torch, on this worker's device."""
+        from api.golden_jobs import run_golden
+
+        return run_golden(run_id, settings=settings, make_session=sessions())
+
+    app.mutagrade_tasks = {"grade": grade, "golden": golden}
+    return app
