@@ -223,3 +223,25 @@ def test_admin_regrade_requeues_what_failed(server):
     assert missing.returncode == 2 and "submission 99999: no such submission" in missing.stderr
     listed = mutagrade("admin", "token", "list", env=server.env)
     assert "prof\tstaff" in listed.stdout
+
+
+def test_a_golden_run_compares_every_variant_with_live_torch(server):
+    prof = server.client("prof", "staff")
+    assert server.client("alice").post("/v1/golden", json={"cases": 1}).status_code == 403
+    assert prof.post("/v1/golden", json={"cases": 1, "submission_id": 999}).status_code == 404
+    started = prof.post("/v1/golden", json={"cases": 2})
+    assert started.status_code == 202
+    run_id = started.json()["id"]
+    import time
+
+    deadline = time.monotonic() + 120
+    body = started.json()
+    while body["status"] not in ("done", "error") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        body = prof.get(f"/v1/golden/{run_id}").json()
+    assert body["status"] == "done", body
+    rows = {v["id"]: v for v in body["result"]["variants"]}
+    assert rows["reference"]["matches"] and rows["w02"]["matches"]
+    assert not rows["s02"]["matches"] and rows["s06"]["matches"]  # init mutants are invisible to torch
+    assert body["result"]["device"] == "cpu" and body["result"]["cases_per_s"] > 0
+    assert prof.get("/v1/golden/12345").status_code == 404
