@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Iterator
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api import crud
 from api.db import User
 
-__all__ = ["CurrentUser", "SessionDep", "StaffUser", "get_session"]
+__all__ = ["ID_MAX", "CurrentUser", "RowId", "SessionDep", "StaffUser", "get_session"]
 
 TOKEN_COOKIE = "mutagrade_token"
+
+# Ids are Integer columns: 32-bit on PostgreSQL, 64-bit on SQLite. A larger number in a URL
+# must be refused as bad input (422), not reach the driver and come back as a 500.
+ID_MAX = 2**31 - 1
+RowId = Annotated[int, Path(ge=1, le=ID_MAX, description="a positive id")]
+
 _bearer = HTTPBearer(auto_error=False, description="a token from `mutagrade admin token create`")
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from api import crud
 from api.db import User
-from api.deps import TOKEN_COOKIE, SessionDep
+from api.deps import TOKEN_COOKIE, RowId, SessionDep
 from api.views import owned_submission, public
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -77,7 +77,7 @@ def submission_page(request: Request, session: Session, user: User | None, submi
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission_html(request: Request, session: SessionDep, submission_id: int) -> Response:
+def submission_html(request: Request, session: SessionDep, submission_id: RowId) -> Response:
     return submission_page(request, session, _page_user(request, session), submission_id)
 
 

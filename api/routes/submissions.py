@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, HTTPException, Query, Request, Response, Up
 
 from api import crud
 from api.archive import ArchiveError, check_archive
-from api.deps import CurrentUser, SessionDep, StaffUser
+from api.deps import ID_MAX, CurrentUser, RowId, SessionDep, StaffUser
 from api.jobs import archive_limits
 from api.schemas import SubmissionCreated, SubmissionPublic
 from api.views import done_report, links, owned_submission, public
@@ -73,10 +73,13 @@ def list_submissions(
     request: Request,
     session: SessionDep,
     user: CurrentUser,
-    student: Annotated[str | None, Query(description="staff: only this student's")] = None,
+    # PostgreSQL refuses NUL in text (a 500 if it reached the query); names are at most 100.
+    student: Annotated[
+        str | None, Query(max_length=100, pattern="^[^\\x00]*$", description="staff: only this student's")
+    ] = None,
     status_: Annotated[str | None, Query(alias="status", pattern="^(queued|running|done|error)$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
 ) -> list[SubmissionPublic]:
     """A student's own submissions; staff see everyone's, with filters."""
     own = None if user.role == "staff" else user
@@ -87,31 +90,31 @@ def list_submissions(
 
 
 @router.get("/{submission_id}", response_model=SubmissionPublic, responses=_ERRORS)
-def get_submission(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> SubmissionPublic:
+def get_submission(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> SubmissionPublic:
     """Status, and the report once the submission is done."""
     return public(request, owned_submission(session, submission_id, user), user, with_report=True)
 
 
 @router.get("/{submission_id}/report.json", responses={**_ERRORS, 409: {"description": "not graded yet"}})
-def report_json(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+def report_json(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
     report = done_report(request, owned_submission(session, submission_id, user), user)
     return Response(render(report, "json"), media_type="application/json")
 
 
 @router.get("/{submission_id}/report.junit.xml", responses={**_ERRORS, 409: {"description": "not graded yet"}})
-def report_junit(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+def report_junit(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
     report = done_report(request, owned_submission(session, submission_id, user), user)
     return Response(render(report, "junit"), media_type="application/xml")
 
 
 @router.get("/{submission_id}/report.gradescope.json", responses={**_ERRORS, 409: {"description": "not graded yet"}})
-def report_gradescope(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+def report_gradescope(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
     report = done_report(request, owned_submission(session, submission_id, user), user)
     return Response(render(report, "gradescope"), media_type="application/json")
 
 
 @router.get("/{submission_id}/report.html", responses={**_ERRORS, 409: {"description": "not graded yet"}})
-def report_html(request: Request, session: SessionDep, user: CurrentUser, submission_id: int) -> Response:
+def report_html(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
     from api.routes.pages import submission_page
 
     return submission_page(request, session, user, submission_id)
@@ -123,7 +126,7 @@ def report_html(request: Request, session: SessionDep, user: CurrentUser, submis
     response_model=SubmissionCreated,
     responses={**_ERRORS, 403: {"description": "staff only"}},
 )
-def regrade(request: Request, session: SessionDep, user: StaffUser, submission_id: int) -> SubmissionCreated:
+def regrade(request: Request, session: SessionDep, user: StaffUser, submission_id: RowId) -> SubmissionCreated:
     """Grade a submission again (staff)."""
     submission = owned_submission(session, submission_id, user)
     crud.regrade(session, submission=submission)

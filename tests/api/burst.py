@@ -1,0 +1,176 @@
+"""A burst of submissions against a live server, measured: how fast they are accepted and
+graded, and how quickly ``GET /healthz`` answers while the server grades them.
+
+Shared by ``tests/api/test_burst.py`` (which asserts on the figures) and ``bench/burst.py``
+(which prints them). Everything goes over real HTTP to a real ``mutagrade serve``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.api.conftest import tar_gz
+
+__all__ = ["BurstResult", "percentile", "run_burst", "small_archive"]
+
+# Two of the bundled student's tests, alone in one file: a real suite, but fast to grade, so
+# the burst measures the service (queue, database, HTTP) more than the grader.
+SMALL_SUITE = '''"""Two tests: a small suite that grades quickly."""
+
+import math
+
+import numpy as np
+
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import GRU, GRUCell, gru_cell
+
+
+def test_hand_example_gru_cell():
+    w = [Tensor(a, dtype=np.float64) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])]
+    h2 = gru_cell(Tensor([[1.0]], dtype=np.float64), np.array([[0.5]]), *w)
+    assert np.allclose(h2.data, [[0.25 * np.tanh(0.75) + 0.375]])
+
+
+def test_state_dict_keys_follow_torch():
+    gru = GRU(3, 4, num_layers=2)
+    assert list(gru.state_dict()) == [
+        "weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+        "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1",
+    ]
+    assert list(GRUCell(3, 4).state_dict()) == ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+'''
+
+
+def small_archive() -> bytes:
+    return tar_gz({"test_small.py": SMALL_SUITE})
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0-100) of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class BurstResult:
+    """What a burst did and how long each part took (seconds)."""
+
+    post_status: list[int] = field(default_factory=list)
+    post_latency: list[float] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    health_status: list[int] = field(default_factory=list)
+    health_latency: list[float] = field(default_factory=list)
+    final: dict[int, str] = field(default_factory=dict)  # id -> status when the burst ended
+    posted_s: float = 0.0  # first POST sent to last POST answered
+    graded_s: float = 0.0  # first POST sent to every submission done (or error)
+
+    @property
+    def graded_per_s(self) -> float:
+        return len(self.ids) / self.graded_s if self.graded_s else 0.0
+
+    @property
+    def posted_per_s(self) -> float:
+        return len(self.post_status) / self.posted_s if self.posted_s else 0.0
+
+    def summary(self) -> str:
+        h, p = self.health_latency, self.post_latency
+        return (
+            f"{len(self.ids)} submissions accepted in {self.posted_s:.2f} s ({self.posted_per_s:.1f}/s), "
+            f"graded in {self.graded_s:.1f} s: {self.graded_per_s:.2f} submissions/s; "
+            f"POST p50 {percentile(p, 50) * 1e3:.1f} ms p99 {percentile(p, 99) * 1e3:.1f} ms; "
+            f"healthz ({len(h)} requests while grading) p50 {percentile(h, 50) * 1e3:.1f} ms "
+            f"p99 {percentile(h, 99) * 1e3:.1f} ms"
+        )
+
+
+def run_burst(
+    url: str,
+    *,
+    student_tokens: list[str],
+    staff_token: str,
+    archive: bytes,
+    count: int = 100,
+    threads: int = 16,
+    health_interval_s: float = 0.05,
+    min_health_samples: int = 300,
+    timeout_s: float = 600.0,
+) -> BurstResult:
+    """Post ``count`` copies of ``archive`` at once (student ``i % len(student_tokens)`` posts the
+    i-th), then wait until every accepted one is graded; ``/healthz`` is polled all along, and
+    until at least ``min_health_samples`` answers were timed."""
+    result = BurstResult()
+    lock = threading.Lock()
+    grading = threading.Event()
+    stop_health = threading.Event()
+
+    def poll_health() -> None:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            while not stop_health.is_set():
+                started = time.perf_counter()
+                status = http.get("/healthz").status_code
+                elapsed = time.perf_counter() - started
+                if grading.is_set():  # only what a user sees while the server is busy counts
+                    result.health_status.append(status)
+                    result.health_latency.append(elapsed)
+                time.sleep(health_interval_s)
+
+    local = threading.local()
+    clients: list[httpx.Client] = []
+
+    def post(index: int) -> None:
+        if not hasattr(local, "http"):  # one connection per posting thread, as separate users have
+            local.http = httpx.Client(base_url=url, timeout=60)
+            with lock:
+                clients.append(local.http)
+        token = student_tokens[index % len(student_tokens)]
+        started = time.perf_counter()
+        answer = local.http.post(
+            "/v1/submissions",
+            headers={"Authorization": f"Bearer {token}"},
+            files={"archive": (f"burst-{index}.tar.gz", archive, "application/gzip")},
+        )
+        elapsed = time.perf_counter() - started
+        with lock:
+            result.post_status.append(answer.status_code)
+            result.post_latency.append(elapsed)
+            if answer.status_code == 202:
+                result.ids.append(answer.json()["id"])
+
+    health = threading.Thread(target=poll_health, daemon=True)
+    health.start()
+    grading.set()
+    started = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(post, range(count)))  # list(): re-raise any exception of a POST
+        result.posted_s = time.perf_counter() - started
+
+        wanted = set(result.ids)
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {staff_token}"}) as staff:
+            while True:
+                listed = staff.get("/v1/submissions", params={"limit": 1000}).json()
+                result.final = {s["id"]: s["status"] for s in listed if s["id"] in wanted}
+                finished = all(result.final.get(i) in ("done", "error") for i in wanted)
+                if finished or time.monotonic() > deadline:
+                    break
+                time.sleep(0.25)
+        result.graded_s = time.perf_counter() - started
+        grading.clear()
+    finally:
+        stop_health.set()
+        health.join(timeout=15)
+        for client in clients:
+            client.close()
+    if len(result.health_latency) < min_health_samples:
+        raise AssertionError(
+            f"only {len(result.health_latency)} /healthz answers were timed while grading "
+            f"(wanted {min_health_samples}): the burst ended too soon to measure"
+        )
+    return result
