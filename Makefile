@@ -6,7 +6,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: demo test venv lint clean
+.PHONY: demo test venv system sandbox lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,16 @@ venv: $(VENV)/.installed
 demo: venv
 	$(BIN)/mutagrade demo
 
-test: venv
+# The system services the service's tests run for real (PostgreSQL, Chromium, Redis).
+system:
+	bash scripts/setup-services.sh
+
+# The sandbox student code runs in: bubblewrap, libseccomp, the mutagrade-sandbox-N users.
+# Needs root (CI runs as root); idempotent. Without it untrusted grading refuses to start.
+sandbox: venv
+	bash scripts/setup-sandbox.sh $(BIN)/python
+
+test: venv system sandbox
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: venv

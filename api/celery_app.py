@@ -31,10 +31,22 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_reject_on_worker_lost=True,  # ... and given to another worker if this one dies
         worker_prefetch_multiplier=1,  # one job at a time per process: no hoarding
         task_time_limit=settings.task_time_limit_s,
-        task_soft_time_limit=max(1.0, settings.task_time_limit_s - 10),
+        # The soft limit lets the task record its error before the hard kill: 10 s before it,
+        # or a tenth of the limit when that is short (never a fixed 1 s under a short limit).
+        task_soft_time_limit=settings.task_time_limit_s - min(10.0, settings.task_time_limit_s / 10),
         task_default_queue="cpu",
         task_routes={"mutagrade.grade": {"queue": "cpu"}, "mutagrade.golden": {"queue": "gpu"}},
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            # kombu looks for jobs whose worker vanished only every interval x throttle seconds
+            # (10 x 10 by default): 100 s on top of the timeout. Scan every tenth of the timeout
+            # (at most 10 s) instead, so a dead worker's job moves on soon after its lease ends.
+            "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout_s / 10)),
+            "unacked_restore_throttle": 1,
+            # The scan holds a lock in Redis; one held by a worker killed mid-scan would block
+            # every scan for 5 minutes by default. A scan takes milliseconds.
+            "unacked_mutex_expire": int(min(300.0, max(10.0, settings.visibility_timeout_s / 2))),
+        },
         broker_connection_retry_on_startup=True,
         task_ignore_result=True,  # results go to the database, not to a result backend
         worker_hijack_root_logger=False,
@@ -53,12 +65,13 @@ def make_celery(settings: Settings | None = None) -> Celery:
     @app.task(name="mutagrade.grade", bind=True, max_retries=3, default_retry_delay=5)
     def grade(task, submission_id: int) -> str:
         """Grade one submission by id (idempotent)."""
-        worker = f"{socket.gethostname()}:{os.getpid()}:{task.request.id}"
+        # claimed_by holds 100 characters; a long host name must not push the task id out of it.
+        worker = f"{socket.gethostname()[:50]}:{os.getpid()}:{task.request.id}"
         make_session = sessions()
         try:
             with make_session() as session:
                 submission = crud.claim(
-                    session, submission_id=submission_id, worker=worker, stale_after_s=settings.visibility_timeout_s
+                    session, submission_id=submission_id, worker=worker, stale_after_s=settings.claim_lease_s
                 )
         except Exception as exc:  # the database is away for a moment: try again later
             raise task.retry(exc=exc) from exc

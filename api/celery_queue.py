@@ -11,7 +11,7 @@ from sqlalchemy.orm import sessionmaker
 
 from api.celery_app import make_celery
 from api.config import Settings
-from api.db import Submission, utcnow
+from api.db import GoldenRun, Submission, utcnow
 
 __all__ = ["CeleryQueue"]
 
@@ -21,14 +21,16 @@ log = logging.getLogger("mutagrade.queue")
 class CeleryQueue:
     """Sends each submission id to the ``cpu`` queue; the database still holds every job's state."""
 
-    RESEND_AFTER_S = 30.0
-
     def __init__(self, *, settings: Settings, make_session: sessionmaker) -> None:
         self.settings = settings
         self.make_session = make_session
         self.app = make_celery(settings)
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
+
+    @property
+    def resend_after_s(self) -> float:
+        return self.settings.resend_after_s
 
     def start(self) -> None:
         # Jobs stored but never sent (the API stopped between the two) are sent now.
@@ -43,26 +45,63 @@ class CeleryQueue:
 
     def _sweep(self) -> None:
         """Send again what stays queued: the broker may have lost it (a Redis restarted without
-        its data) or never got it (it was down). A job sent twice is graded once, since the
-        task claims it in the database first."""
-        while not self._stopping.wait(self.RESEND_AFTER_S):
+        its data) or never got it (it was down). Also what stays running on a lapsed claim: its
+        worker died and the broker lost the job too, so no one else will take it. A job sent
+        twice is graded once, since the task claims it in the database first."""
+        while not self._stopping.wait(self.resend_after_s):
             try:
-                self._resend(older_than_s=self.RESEND_AFTER_S)
+                self._resend(older_than_s=self.resend_after_s)
             except Exception:  # noqa: BLE001 - the database may be away; try again next round
                 log.exception("could not look for queued jobs to send again")
 
     def _resend(self, *, older_than_s: float) -> None:
-        cutoff = utcnow() - timedelta(seconds=older_than_s)
+        now = utcnow()
+        cutoff = now - timedelta(seconds=older_than_s)
+        # No job may run longer than a claim's lease (Settings), so a claim older than it
+        # belongs to a dead worker.
+        lapsed = now - timedelta(seconds=self.settings.claim_lease_s)
         with self.make_session() as session:
-            queued = list(
-                session.scalars(
-                    select(Submission.id).where(Submission.status == "queued", Submission.created_at <= cutoff)
+            submissions = [
+                list(session.scalars(select(Submission.id).where(*where)))
+                for where in (
+                    (Submission.status == "queued", Submission.created_at <= cutoff),
+                    (Submission.status == "running", Submission.started_at < lapsed),
                 )
-            )
-        for submission_id in queued:
-            self.enqueue(submission_id)
+            ]
+            goldens = [
+                list(session.scalars(select(GoldenRun.id).where(*where)))
+                for where in (
+                    (GoldenRun.status == "queued", GoldenRun.created_at <= cutoff),
+                    (GoldenRun.status == "running", GoldenRun.started_at < lapsed),
+                )
+            ]
+        sent = self._send_missing("cpu", *submissions, self.enqueue)
+        sent += self._send_missing("gpu", *goldens, self.enqueue_golden)
+        if sent:
+            log.info("sent %d job(s) to the broker again", sent)
+
+    def _send_missing(self, queue: str, queued: list[int], lapsed: list[int], send) -> int:
+        """Send ``lapsed`` jobs again, and ``queued`` ones when the broker holds fewer messages
+        for ``queue`` than there are: then some were lost. (Sending them all every round would
+        pile up copies for as long as no worker consumes the queue, e.g. no gpu worker.)"""
+        jobs = list(lapsed)
         if queued:
-            log.info("sent %d queued job(s) to the broker", len(queued))
+            waiting = self._waiting(queue)
+            if waiting is None:  # the broker is away: nothing can be sent now anyway
+                return 0
+            if waiting < len(queued):
+                jobs += queued
+        for job_id in jobs:
+            send(job_id)
+        return len(jobs)
+
+    def _waiting(self, queue: str) -> int | None:
+        """How many messages the broker holds for ``queue`` (None when it cannot be asked)."""
+        try:
+            with self.app.connection_for_write() as connection:
+                return connection.default_channel.queue_declare(queue=queue).message_count
+        except Exception:  # noqa: BLE001 - the broker is away
+            return None
 
     def enqueue(self, submission_id: int) -> None:
         try:
@@ -74,7 +113,13 @@ class CeleryQueue:
             log.warning("broker unavailable: submission %d stays queued and is sent again later", submission_id)
 
     def enqueue_golden(self, run_id: int) -> None:
-        self.app.mutagrade_tasks["golden"].apply_async(args=[run_id], queue="gpu")
+        try:
+            self.app.mutagrade_tasks["golden"].apply_async(
+                args=[run_id], queue="gpu", retry=True,
+                retry_policy={"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
+            )
+        except Exception:  # noqa: BLE001 - the run is stored; the sweeper sends it when the broker is back
+            log.warning("broker unavailable: golden run %d stays queued and is sent again later", run_id)
 
     def healthy(self) -> bool:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "get_settings"]
@@ -35,8 +35,34 @@ class Settings(BaseSettings):
         description="Celery/Redis: a job whose worker vanished is handed to another after this long",
     )
     task_time_limit_s: float = Field(default=900.0, gt=0, description="Celery: a grading job is killed after this long")
+    resend_after_s: float = Field(
+        default=30.0, gt=0,
+        description="Celery: a job still queued (or running on a lapsed claim) after this long is sent again",
+    )
     root: Path | None = Field(default=None, description="the mutagrade checkout (default: this one)")
     grade_jobs: int | None = Field(default=None, ge=1, description="children per grading run (default: cores)")
+
+    @property
+    def claim_lease_s(self) -> float:
+        """How long a worker's claim on a job holds (Celery): the visibility timeout less a
+        margin (a tenth, at most a minute). Redis redelivers a job only once the visibility
+        timeout has passed since it handed it out, and the claim was taken after that, so the
+        margin makes sure a redelivered job always finds its old claim lapsed (clocks of
+        different machines may differ a little too)."""
+        return self.visibility_timeout_s - min(60.0, self.visibility_timeout_s / 10)
+
+    @model_validator(mode="after")
+    def _lease_outlasts_jobs(self) -> "Settings":
+        # Redis hands an unacknowledged job to another worker once the visibility timeout has
+        # passed, whether or not its worker is still alive, and the database claim lapses even
+        # sooner: a job allowed to run longer than that would be graded twice, over and over.
+        if self.task_time_limit_s >= self.claim_lease_s:
+            raise ValueError(
+                f"task_time_limit_s ({self.task_time_limit_s:g}) must be less than the claim lease "
+                f"({self.claim_lease_s:g} s: visibility_timeout_s {self.visibility_timeout_s:g} less a "
+                "tenth, at most 60 s): a job still running when its claim lapses is given to a second worker"
+            )
+        return self
 
 
 def get_settings(**overrides: object) -> Settings:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel
-from sqlalchemy import update
+from sqlalchemy import and_, or_, update
 from sqlalchemy.orm import sessionmaker
 
 from api.archive import unpack
@@ -60,11 +62,17 @@ def compare_variants(settings: Settings, *, cases: int, seed: int = 0) -> Golden
     return GoldenResult(device=device, dtype=dtype, cases=cases, variants=rows, cases_per_s=speed.cases_per_s)
 
 
-def _claim(make_session: sessionmaker, run_id: int, worker: str) -> GoldenRun | None:
+def _claim(make_session: sessionmaker, run_id: int, worker: str, stale_after_s: float) -> GoldenRun | None:
+    """Take a queued run, or one whose claim is older than ``stale_after_s`` (its worker died
+    and the broker handed the job on); None otherwise."""
+    stale = utcnow() - timedelta(seconds=stale_after_s)
     with make_session() as session:
         claimed = session.execute(
             update(GoldenRun)
-            .where(GoldenRun.id == run_id, GoldenRun.status == "queued")
+            .where(
+                GoldenRun.id == run_id,
+                or_(GoldenRun.status == "queued", and_(GoldenRun.status == "running", GoldenRun.started_at < stale)),
+            )
             .values(status="running", claimed_by=worker, started_at=utcnow())
         )
         session.commit()
@@ -72,9 +80,10 @@ def _claim(make_session: sessionmaker, run_id: int, worker: str) -> GoldenRun | 
 
 
 def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -> str:
-    """Run one golden job by id (idempotent: only a queued run is taken) and store its result."""
-    worker = f"{socket.gethostname()}:{os.getpid()}"
-    run = _claim(make_session, run_id, worker)
+    """Run one golden job by id (idempotent: only a queued run, or one whose worker died, is
+    taken) and store its result."""
+    worker = f"{socket.gethostname()[:50]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    run = _claim(make_session, run_id, worker, settings.claim_lease_s)
     if run is None:
         return "skipped"
     try:

@@ -17,6 +17,7 @@ from grader.assignment import Assignment
 from grader.grading import grade_suite
 from grader.models import Report
 from grader.paths import Layout
+from grader.sandbox import SandboxMode, check_mode
 
 __all__ = ["BatchRow", "STUDENT_TESTS", "find_tests", "grade_batch", "write_csv"]
 
@@ -65,6 +66,7 @@ def grade_batch(
     policy: bool = True,
     audience: str = "staff",
     on_done: Callable[[BatchRow], None] | None = None,
+    sandbox: SandboxMode | str = SandboxMode.AUTO,
 ) -> list[BatchRow]:
     """Grade every sub-folder of ``submissions``, in name order.
 
@@ -75,10 +77,16 @@ def grade_batch(
         policy: run the static policy check.
         audience: whose view the reports take (staff by default).
         on_done: called with each row as soon as it is graded (a progress bar).
+        sandbox: the sandbox mode of every grading (see :func:`grader.grading.grade_suite`).
 
     Returns:
         One row per student.
+
+    Raises:
+        SandboxUnavailable: if ``sandbox`` needs a layer this machine lacks (checked once,
+            before any student, rather than failing every row the same way).
     """
+    check_mode(sandbox)
     rows = []
     for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
@@ -89,6 +97,7 @@ def grade_batch(
                 policy=policy,
                 audience=audience,
                 submission=folder.name,
+                sandbox=sandbox,
             )
             row = _row(folder.name, report)
         except Exception as exc:  # noqa: BLE001 - one submission never stops the batch

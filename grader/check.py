@@ -8,6 +8,7 @@ mutation grade of the student's tests: one report, one verdict.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from grader.assignment import Assignment
@@ -17,6 +18,7 @@ from grader.journal import GRU_FILE, run_snapshot, verify_journal
 from grader.models import CourseTestResult, ImplementationCheck, JournalSummary, Report, WorkerRun
 from grader.paths import Layout
 from grader.runner import RunLimits
+from grader.sandbox import SandboxMode
 from grader.tdd import StudentRepo
 
 __all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_repo"]
@@ -55,8 +57,8 @@ def check_implementation(
     if live:
         with tempfile.TemporaryDirectory(prefix="mutagrade-live-") as tmp:
             (Path(tmp) / "test_live_torch.py").write_text(LIVE_TORCH_TEST)
-            torch_limits = RunLimits(
-                run_timeout=limits.run_timeout, test_timeout=max(limits.test_timeout, 60.0),
+            torch_limits = replace(
+                limits, test_timeout=max(limits.test_timeout, 60.0),
                 memory_bytes=max(limits.memory_bytes, TORCH_MEMORY), jobs=1,
             )
             runs += run_snapshot(layout, Path(tmp), impl_dir, torch_limits, [run])
@@ -68,13 +70,15 @@ def check_implementation(
     )
 
 
-def check_repo(repo: StudentRepo, *, layout: Layout, assignment: Assignment) -> Report:
+def check_repo(
+    repo: StudentRepo, *, layout: Layout, assignment: Assignment, sandbox: SandboxMode = SandboxMode.AUTO
+) -> Report:
     """The whole check of a student repository: implementation, journal, mutation grade.
 
     Raises:
         GradingInputError: if the implementation or the tests are missing.
     """
-    limits = assignment.run_limits()
+    limits = replace(assignment.run_limits(), sandbox=sandbox)
     implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)
     if repo.journal_path.exists():
         journal = verify_journal(repo.journal_path, repo.tests_dir, layout=layout, limits=limits)
@@ -84,7 +88,8 @@ def check_repo(repo: StudentRepo, *, layout: Layout, assignment: Assignment) -> 
             problems=[f"no journal at {repo.journal_path}: record each test with `mutagrade tdd red` and `tdd green`"],
         )
     report = grade_suite(
-        repo.tests_dir, layout=layout, assignment=assignment, journal=journal, submission=str(repo.root)
+        repo.tests_dir, layout=layout, assignment=assignment, journal=journal, submission=str(repo.root),
+        sandbox=sandbox,
     )
     reasons = list(report.reasons)
     if not implementation.ok:

@@ -19,6 +19,7 @@ from grader.paths import Layout, default_layout
 from grader.assignment import AssignmentError
 from grader.grading import GradingInputError
 from grader.journal import JournalFormatError
+from grader.sandbox import SandboxError
 from grader.variants import ManifestError, VariantKind, build_variants, export_variant
 
 __all__ = ["main"]
@@ -135,15 +136,36 @@ def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
     from grader.golden import device_in_use
 
     settings = get_settings(root=args.root)
+    name = args.hostname or f"{args.queues}@%h"
+    if args.ping:
+        return _ping_worker(make_celery(settings), name)
     device, dtype = device_in_use()
     print(f"mutagrade worker: queues {args.queues}, device {device} ({dtype} comparisons), "
           f"broker {settings.broker_url}, database {settings.database_url}", file=sys.stderr, flush=True)
     app = make_celery(settings)
     app.worker_main([
         "worker", "--queues", args.queues, "--concurrency", str(args.concurrency),
-        "--loglevel", args.log_level, "--hostname", args.hostname or f"{args.queues}@%h", "--without-gossip",
+        "--loglevel", args.log_level, "--hostname", name, "--without-gossip",
         "--without-mingle",
     ])
+    return EXIT_OK
+
+
+def _ping_worker(app, name: str) -> int:
+    """Exit 0 when the worker called ``name`` answers a ping through the broker within 5 s:
+    the health check of a worker (it is alive and still connected), in docker-compose.yml."""
+    from celery.utils.nodenames import host_format
+
+    node = host_format(name)  # %h -> this host's name, as the worker expanded it
+    try:
+        replies = app.control.ping(destination=[node], timeout=5.0)
+    except Exception as exc:  # noqa: BLE001 - the broker is away: not healthy, and say why
+        print(f"mutagrade worker: {node}: no answer ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+        return EXIT_NOT_PASSED
+    if not any(node in reply for reply in replies):
+        print(f"mutagrade worker: {node}: no answer within 5 s", file=sys.stderr)
+        return EXIT_NOT_PASSED
+    print(f"{node}: ok")
     return EXIT_OK
 
 
@@ -176,6 +198,7 @@ def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
         journal=journal,
         audience=args.audience,
         jobs=args.jobs,
+        sandbox=args.sandbox,
     )
     text = render(report, args.format)
     if args.output:
@@ -223,6 +246,14 @@ def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK
 
 
+def _local_sandbox():
+    """For a student's own code on their own machine: every layer there is, or none at all
+    (a laptop has no sandbox users; the grading server always has them)."""
+    from grader.sandbox import SandboxMode, sandbox_status
+
+    return SandboxMode.NONE if sandbox_status().missing(SandboxMode.AUTO) else SandboxMode.AUTO
+
+
 def _student_repo(args: argparse.Namespace):
     from grader.tdd import StudentRepo
 
@@ -234,6 +265,7 @@ def _student_repo(args: argparse.Namespace):
 
 def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
     from grader.journal import Phase
+    from grader.runner import RunLimits
     from grader.tdd import Refused, record, status
 
     repo = _student_repo(args)
@@ -242,7 +274,7 @@ def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
         return EXIT_OK
     phase = Phase(args.phase)
     try:
-        entry = record(repo, phase, layout=layout)
+        entry = record(repo, phase, layout=layout, limits=RunLimits(sandbox=_local_sandbox()))
     except Refused as exc:
         print(f"mutagrade tdd {phase.value}: refused: {exc}", file=sys.stderr)
         return EXIT_NOT_PASSED
@@ -259,7 +291,7 @@ def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
     from grader.check import check_repo
     from grader.report import render
 
-    report = check_repo(_student_repo(args), layout=layout, assignment=_assignment(args, layout))
+    report = check_repo(_student_repo(args), layout=layout, assignment=_assignment(args, layout), sandbox=_local_sandbox())
     print(render(report, args.format))
     if not report.policy.ok:
         return EXIT_BAD_INPUT
@@ -336,6 +368,17 @@ def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
         return exc.code
 
 
+def _cmd_doctor(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.golden import device_in_use, torch_available
+    from grader.sandbox import SandboxMode, sandbox_status
+
+    status = sandbox_status(fresh=True)
+    print(status.render())
+    device, dtype = device_in_use()
+    print(f"torch: {'installed' if torch_available() else 'not installed'}; live comparisons on {device} in {dtype}")
+    return EXIT_OK if not status.missing(SandboxMode.AUTO) else EXIT_NOT_PASSED
+
+
 def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
     from grader.demo import run_demo
 
@@ -359,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="staff reports name hidden mutants")
     grade.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     grade.add_argument("--jobs", type=int, default=None, help="children at a time (default: one per core)")
+    grade.add_argument("--sandbox", choices=("auto", "strict", "none"), default="auto",
+                       help="none: no sandbox (your own tests on your own machine); auto refuses without one")
     grade.set_defaults(run=_cmd_grade)
 
     batch = commands.add_parser("grade-batch", help="grade every student's submission into a CSV gradebook")
@@ -417,7 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
     worker.add_argument("--hostname", help="the worker's node name (default: QUEUES@host)")
     worker.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    worker.add_argument("--ping", action="store_true",
+                        help="do not start one: exit 0 if the worker of this name answers (a health check)")
     worker.set_defaults(run=_cmd_worker)
+
+    doctor = commands.add_parser("doctor", help="which sandbox layers (and which torch device) this machine has")
+    doctor.set_defaults(run=_cmd_doctor)
 
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)
@@ -455,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = Layout(args.root.resolve()) if args.root else default_layout()
     try:
         return args.run(args, layout)
-    except (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError) as exc:
+    except (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError, SandboxError) as exc:
         print(f"mutagrade: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -1,13 +1,15 @@
 """Grading one student test suite, end to end: policy, runs, scoring, report.
 
-The phases (see ARCHITECTURE.md): check the files statically; build the variants; run the
-suite against all of them in the sandboxed worker (reference twice, failures on mutants
-confirmed); score; return one :class:`~grader.models.Report`.
+The phases (see ARCHITECTURE.md): check that the sandbox asked for is there; check the files
+statically; build the variants; run the suite against all of them in the sandboxed worker
+(reference twice, failures on mutants confirmed); score; return one
+:class:`~grader.models.Report`.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from grader.assignment import Assignment
@@ -15,6 +17,7 @@ from grader.models import JournalSummary, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
 from grader.policy import check_suite
 from grader.runner import run_matrix
+from grader.sandbox import SandboxMode, check_mode
 from grader.scoring import score_suite, shown_ids
 from grader.variants import VariantKind, build_variants
 
@@ -45,6 +48,7 @@ def grade_suite(
     audience: str = "student",
     jobs: int | None = None,
     submission: str | None = None,
+    sandbox: SandboxMode | str = SandboxMode.AUTO,
 ) -> Report:
     """Grade the test suite in ``tests_dir``.
 
@@ -57,6 +61,9 @@ def grade_suite(
         audience: ``"student"`` hides hidden mutants, ``"staff"`` shows them.
         jobs: children at a time (default: one per core).
         submission: the name the report gives the submission (default: the path).
+        sandbox: ``auto`` (every layer this machine offers, refusing without the always-on
+            ones), ``strict`` (every layer or refuse) or ``none`` (no sandbox: only for
+            trusted code, or a student's suite on the student's own machine).
 
     Returns:
         The report. A policy violation gives a report with ``policy.ok`` false and nothing run.
@@ -64,8 +71,12 @@ def grade_suite(
     Raises:
         GradingInputError: if ``tests_dir`` is not a directory holding Python files.
         ManifestError: if the variants cannot be built.
+        SandboxUnavailable: if ``sandbox`` needs a layer this machine lacks (checked first,
+            before anything is read or run).
     """
     started = time.monotonic()
+    mode = SandboxMode(sandbox)
+    check_mode(mode)
     tests_dir = _check_dir(Path(tests_dir))
     name = submission or str(tests_dir)
     variants = build_variants(layout)
@@ -95,7 +106,8 @@ def grade_suite(
             journal=journal or JournalSummary(),
             timing=Timing(total_s=round(time.monotonic() - started, 3)),
         )
-    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=assignment.run_limits(jobs))
+    limits = replace(assignment.run_limits(jobs), sandbox=mode)
+    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits)
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(
         total_s=round(time.monotonic() - started, 3),

@@ -27,6 +27,7 @@ __all__ = [
     "Timing",
     "WorkerJob",
     "WorkerRun",
+    "WorkerSandbox",
 ]
 
 
@@ -95,6 +96,17 @@ class WorkerRun(BaseModel):
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
 
 
+class WorkerSandbox(BaseModel):
+    """What the worker, and each child, lock down in themselves before any submitted code runs
+    (see :mod:`grader.sandbox`). Every field off by default: a run with no sandbox."""
+
+    cpu_seconds: int | None = None  # the worker's CPU time; a child gets its run's time limit
+    file_bytes: int | None = None  # largest file a process may write (RLIMIT_FSIZE)
+    open_files: int | None = None  # RLIMIT_NOFILE
+    processes: int | None = None  # processes and threads of the sandbox uid (RLIMIT_NPROC)
+    seccomp: bool = False  # install the seccomp filters (the worker fails rather than run without)
+
+
 class WorkerJob(BaseModel):
     """What the worker reads on stdin."""
 
@@ -106,6 +118,7 @@ class WorkerJob(BaseModel):
     run_timeout: float = 120.0
     test_timeout: float = 20.0
     memory_bytes: int = 2 * 1024**3
+    sandbox: WorkerSandbox = WorkerSandbox()
 
 
 # ----------------------------------------------------------------------- the report

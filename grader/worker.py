@@ -1,13 +1,16 @@
 """The worker process: runs a test suite against variants, one forked child per run.
 
-Started by :mod:`grader.runner` as ``python -m grader.worker`` in a new session, with
-``PYTHONHASHSEED`` fixed and a minimal environment. It reads one JSON job on stdin, imports
-numpy, pytest and the reference ``tinyllm`` once, then forks a child per requested run (at
-most ``jobs`` at a time). Each child installs its variant's source as the module
+Started by :mod:`grader.runner` as ``python -m grader.worker`` in its sandbox
+(:mod:`grader.sandbox`), with ``PYTHONHASHSEED`` fixed and a minimal environment. It reads one
+JSON job on stdin, locks itself down (rlimits, non-dumpable, seccomp), imports numpy, pytest
+and the reference ``tinyllm`` once, then forks a child per requested run (at most ``jobs`` at a
+time). Each child closes every file descriptor but its own report pipe, locks itself down
+further (no new processes, no signals to others), installs its variant's source as the module
 ``tinyllm.rnn.gru`` (always under the same file name, so only behaviour tells variants
-apart), runs pytest in-process and reports each test over its own pipe. The worker judges
-the child from what arrived on that pipe, never from its exit code, and writes one
-:class:`~grader.models.SuiteRun` per line on stdout.
+apart), runs pytest in-process and reports each test over its own pipe, each line signed with
+a token only that child was given. The worker judges the child from what arrived on that
+pipe, never from its exit code, and writes one :class:`~grader.models.SuiteRun` per line on
+stdout.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import linecache
 import os
 import resource
 import selectors
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -28,7 +33,8 @@ from typing import Any
 
 import pytest
 
-from grader.models import Outcome, SuiteRun, TestOutcome, WorkerJob, WorkerRun
+from grader.models import Outcome, SuiteRun, TestOutcome, WorkerJob, WorkerRun, WorkerSandbox
+from grader.sandbox import ChildHardening, SandboxError, harden_worker
 
 __all__ = ["VARIANT_FILENAME", "install_variant", "serve"]
 
@@ -36,6 +42,11 @@ __all__ = ["VARIANT_FILENAME", "install_variant", "serve"]
 VARIANT_FILENAME = "tinyllm/rnn/gru.py"
 _MESSAGE_CAP = 2000
 _PIPE_CAP = 4 * 1024 * 1024  # bytes a child may report before it is cut off
+_FORK_RETRY = 2.0  # seconds to wait for the process limit to free a slot for the next child
+_TAMPERED = (
+    "the run wrote something that is not its own report to its result channel (a forged or "
+    "corrupted report); nothing it reported after that is trusted"
+)
 
 
 class _TestTimeout(BaseException):
@@ -47,12 +58,14 @@ class _TestTimeout(BaseException):
 class _Reporter:
     """A pytest plugin that writes each event as a JSON line to the current child's pipe.
 
-    It is registered once, before the worker forks; each child sets ``fd`` (its own pipe)
-    and ``select`` (the node ids to run, or None for all) after the fork.
+    It is registered once, before the worker forks; each child sets ``fd`` (its own pipe),
+    ``token`` (which starts each of its lines: a line without it was not written by this
+    reporter) and ``select`` (the node ids to run, or None for all) after the fork.
     """
 
     def __init__(self) -> None:
         self.fd: int | None = None
+        self.token = b""
         self.select: set[str] | None = None
         self.prefix = ""  # a run of a sub-folder reports node ids relative to that folder
 
@@ -62,7 +75,7 @@ class _Reporter:
     def send(self, **event: Any) -> None:
         if self.fd is None:
             return
-        data = (json.dumps(event) + "\n").encode()
+        data = self.token + (json.dumps(event) + "\n").encode()
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
@@ -182,13 +195,16 @@ class _Session:
         self.session.exitstatus = 0
         self.config.hook.pytest_sessionstart(session=self.session)
 
-    def run_in_child(self, run: WorkerRun, fd: int) -> None:
-        """In the forked child: run the suite against one variant, report, and exit."""
+    def run_in_child(self, run: WorkerRun, fd: int, token: bytes, tmp: str, hardening: ChildHardening) -> None:
+        """In the forked child: lock down, run the suite against one variant, report, and exit."""
         os.setpgid(0, 0)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for target in (0, 1, 2):
-            os.dup2(devnull, target)
+        _only_own_descriptors(fd, tmp, hardening.settings)
+        # Temporary files (pytest's tmp_path among them) go to a folder of this run's own.
+        os.environ["TMPDIR"] = tmp
+        tempfile.tempdir = tmp
+        hardening.apply()
         self.reporter.fd = fd
+        self.reporter.token = token
         self.reporter.select = set(run.select) if run.select is not None else None
         if run.tests is not None:
             # One job can hold several suites (a journal's snapshots): run just this one.
@@ -208,6 +224,27 @@ class _Session:
             self.reporter.send(collect_error=f"the run stopped early: {exc!r}"[:_MESSAGE_CAP])
         self.reporter.send(done=True)
         os._exit(0)
+
+
+def _only_own_descriptors(fd: int, tmp: str, settings: WorkerSandbox) -> None:
+    """Close every descriptor the child inherited but its report pipe: the worker's stdout,
+    its job pipe and the other children's pipes are out of the submission's reach. Standard
+    input reads nothing; standard output and error go to an unnamed file of its own, capped by
+    the file size limit (a test printing a gigabyte fails with "File too large"), or nowhere."""
+    os.closerange(3, fd)
+    os.closerange(fd + 1, max(fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    null = os.open(os.devnull, os.O_RDWR)
+    sink = null
+    if settings.file_bytes is not None:
+        try:
+            sink = os.open(tmp, os.O_TMPFILE | os.O_WRONLY, 0o600)
+        except OSError:
+            sink = null  # no O_TMPFILE on this file system: output goes nowhere
+    os.dup2(null, 0)
+    os.dup2(sink, 1)
+    os.dup2(sink, 2)
+    for extra in {null, sink} - {0, 1, 2}:
+        os.close(extra)
 
 
 def _rewrite_once(tests: Path, config: Any) -> None:
@@ -249,11 +286,13 @@ _UNUSED_PLUGINS = (
 class _Running:
     """A child the worker is waiting on."""
 
-    def __init__(self, run: WorkerRun, pid: int, fd: int, deadline: float) -> None:
+    def __init__(self, run: WorkerRun, pid: int, fd: int, deadline: float, token: bytes, tmp: str) -> None:
         self.run = run
         self.pid = pid
         self.fd = fd
         self.deadline = deadline
+        self.token = token
+        self.tmp = tmp
         self.started = time.monotonic()
         self.buffer = bytearray()
         self.timed_out = False
@@ -266,9 +305,14 @@ def _judge(job: WorkerJob, child: _Running, status: int) -> SuiteRun:
     results: dict[str, TestOutcome] = {}
     errors: list[str] = []
     done = False
+    tampered = False
     for line in bytes(child.buffer).splitlines():
+        if not line.startswith(child.token):
+            # Not this child's reporter: a test wrote to the pipe. Stop believing the run here.
+            tampered = True
+            break
         try:
-            event = json.loads(line)
+            event = json.loads(line[len(child.token):])
         except ValueError:
             errors.append("the child wrote a malformed report line")
             continue
@@ -293,6 +337,8 @@ def _judge(job: WorkerJob, child: _Running, status: int) -> SuiteRun:
         crashed = f"the run passed its time limit of {job.run_timeout:g} s and was killed"
     elif child.overflow:
         crashed = "the run reported more than the output cap and was killed"
+    elif tampered:
+        crashed = _TAMPERED
     elif not done:
         crashed = _describe_status(status)
     final: list[TestOutcome] = []
@@ -325,18 +371,43 @@ def _describe_status(status: int) -> str:
     return "the run ended before it finished"
 
 
-def _start(job: WorkerJob, session: _Session, run: WorkerRun) -> _Running:
+def _start(job: WorkerJob, session: _Session, run: WorkerRun, hardening: ChildHardening) -> _Running:
+    """Fork the child of ``run``, with its own pipe, token and temporary folder.
+
+    Raises:
+        OSError: if no child could be forked (the process limit stayed full).
+    """
+    token = os.urandom(16).hex().encode()
+    tmp = tempfile.mkdtemp(prefix="run-")
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    try:
+        pid = _fork()
+    except OSError:
+        for fd in (read_fd, write_fd):
+            os.close(fd)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if pid == 0:  # the child
         try:
             os.close(read_fd)
-            session.run_in_child(run, write_fd)
+            session.run_in_child(run, write_fd, token, tmp, hardening)
         finally:
             os._exit(70)
     os.close(write_fd)
     os.set_blocking(read_fd, False)
-    return _Running(run, pid, read_fd, time.monotonic() + job.run_timeout)
+    return _Running(run, pid, read_fd, time.monotonic() + job.run_timeout, token, tmp)
+
+
+def _fork() -> int:
+    # A killed child's processes may hold the process limit for a moment before they are reaped.
+    deadline = time.monotonic() + _FORK_RETRY
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _kill(pid: int) -> None:
@@ -359,8 +430,10 @@ def _confirmation(run: WorkerRun, result: SuiteRun) -> WorkerRun | None:
     return WorkerRun(variant=run.variant, source=run.source, select=select, attempt=2)
 
 
-def serve(job: WorkerJob, out: Any) -> None:
-    """Run every requested suite run, writing a SuiteRun JSON line to ``out`` as each ends."""
+def serve(job: WorkerJob, out: Any, hardening: ChildHardening | None = None) -> None:
+    """Run every requested suite run, writing a SuiteRun JSON line to ``out`` as each ends;
+    each child applies ``hardening`` to itself after the fork."""
+    hardening = hardening or ChildHardening(settings=WorkerSandbox(), run_timeout=job.run_timeout)
     sys.path.insert(0, job.reference)
     # Import once, before forking, what every child needs: children start warm.
     import numpy  # noqa: F401
@@ -374,6 +447,9 @@ def serve(job: WorkerJob, out: Any) -> None:
         except Exception:  # noqa: BLE001 - a student's package may lack it or break; each child reports that
             pass
 
+    # The tests' folder is importable (helpers beside the tests), after the reference, and
+    # only now: nothing of the submission can shadow numpy, pytest or the worker's own modules.
+    sys.path.insert(1, job.tests)
     session = _Session(job)
     # Everything made so far is shared with the children copy-on-write; freezing it keeps the
     # garbage collector from touching (and so copying) those pages in every child.
@@ -383,9 +459,21 @@ def serve(job: WorkerJob, out: Any) -> None:
     selector = selectors.DefaultSelector()
     while pending or running:
         while pending and len(running) < max(1, job.jobs):
-            child = _start(job, session, pending.pop(0))
+            run = pending.pop(0)
+            try:
+                child = _start(job, session, run, hardening)
+            except OSError as exc:
+                failed = SuiteRun(
+                    variant=run.variant, hash_seed=job.hash_seed, attempt=run.attempt,
+                    crashed=f"the run could not be started: {exc}",
+                )
+                out.write(failed.model_dump_json() + "\n")
+                out.flush()
+                continue
             running[child.fd] = child
             selector.register(child.fd, selectors.EVENT_READ, child)
+        if not running:
+            continue  # every pending run failed to start: nothing to wait for
         now = time.monotonic()
         timeout = max(0.0, min(c.deadline for c in running.values()) - now)
         for key, _ in selector.select(timeout=min(timeout, 1.0)):
@@ -405,6 +493,7 @@ def serve(job: WorkerJob, out: Any) -> None:
             os.close(child.fd)
             _, status = os.waitpid(child.pid, 0)
             _kill(child.pid)  # anything it left in its process group goes too
+            shutil.rmtree(child.tmp, ignore_errors=True)
             del running[child.fd]
             result = _judge(job, child, status)
             out.write(result.model_dump_json() + "\n")
@@ -428,9 +517,13 @@ def main() -> None:
     import numpy  # noqa: F401
 
     job = WorkerJob.model_validate_json(sys.stdin.buffer.read())
-    resource.setrlimit(resource.RLIMIT_AS, (job.memory_bytes, job.memory_bytes))
+    try:
+        hardening = harden_worker(job.sandbox, memory_bytes=job.memory_bytes, run_timeout=job.run_timeout)
+    except SandboxError as exc:
+        sys.stderr.write(f"{exc}\n")  # the runner reports every run as crashed, with this line
+        sys.exit(3)
     out = os.fdopen(os.dup(1), "w")
-    serve(job, out)
+    serve(job, out, hardening)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from api import crud
 from api.db import GoldenRun, Submission
-from api.deps import SessionDep, StaffUser
+from api.deps import ID_MAX, RowId, SessionDep, StaffUser
 from api.golden_jobs import GoldenResult
 
 router = APIRouter(prefix="/v1/golden", tags=["staff"])
@@ -17,7 +17,9 @@ router = APIRouter(prefix="/v1/golden", tags=["staff"])
 
 class GoldenRequest(BaseModel):
     cases: int = Field(default=4, ge=1, le=1000, description="random cases per variant")
-    submission_id: int | None = Field(default=None, description="also check this submission's python/tinyllm")
+    submission_id: int | None = Field(
+        default=None, ge=1, le=ID_MAX, description="also check this submission's python/tinyllm"
+    )
 
 
 class GoldenRunPublic(BaseModel):
@@ -58,7 +60,7 @@ def start_golden(
 
 
 @router.get("/{run_id}", response_model=GoldenRunPublic, responses={**_ERRORS, 404: {"description": "no such run"}})
-def get_golden(session: SessionDep, user: StaffUser, run_id: int) -> GoldenRunPublic:
+def get_golden(session: SessionDep, user: StaffUser, run_id: RowId) -> GoldenRunPublic:
     run = session.get(GoldenRun, run_id)
     if run is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"golden run {run_id}: no such run")

@@ -1,0 +1,1072 @@
+"""The sandbox around the worker process: who it runs as, what it may see, touch and call.
+
+Student code never runs in the grader's process or as the grader's user (SPEC §8). Every
+worker is started here, in layers:
+
+* always on (mode ``auto`` refuses to run without them): a dedicated unprivileged uid (one of
+  the users ``mutagrade-sandbox-N`` made by ``scripts/setup-sandbox.sh``, one per running
+  worker, so killing "every process of the uid" never touches another worker); rlimits
+  (address space, CPU, file size, open files, processes); a new session whose process group,
+  and every process of the uid, is killed at the end; a private temporary work directory
+  holding a copy of the submission's test files; a minimal explicit environment with one
+  BLAS thread; the worker's output read with a byte cap and a wall-clock timeout;
+* where available (mode ``strict`` refuses to run without them): seccomp filters (no
+  internet, netlink or packet sockets, no ptrace, ``process_vm_*``, mount, unshare, bpf,
+  io_uring, keyctl, perf_event_open; in each child, no new processes and no signals to
+  anything but itself) and bubblewrap (new pid, net, ipc, uts and mount namespaces; the system
+  read-only; only the interpreter, the worker's code, the package under test and the copy of
+  the submission visible).
+
+:func:`start_worker` starts a worker under a :class:`SandboxMode`; :func:`sandbox_status`
+says which layers this machine offers (``mutagrade doctor`` prints :func:`doctor_lines`).
+The worker applies its share itself, before any submitted code runs: :func:`harden_worker`
+once, then :meth:`ChildHardening.apply` in each forked child.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import functools
+import math
+import os
+import pwd
+import re
+import resource
+import selectors
+import shutil
+import signal
+import site
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from grader.models import WorkerSandbox
+
+__all__ = [
+    "ChildHardening",
+    "Layer",
+    "LayerStatus",
+    "SANDBOX_USER_PREFIX",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxMode",
+    "SandboxStatus",
+    "SandboxUnavailable",
+    "SandboxUser",
+    "SandboxedWorker",
+    "WorkerOutput",
+    "check_mode",
+    "doctor_lines",
+    "harden_worker",
+    "sandbox_status",
+    "sandbox_users",
+    "start_worker",
+    "user_processes",
+]
+
+SANDBOX_USER_PREFIX = "mutagrade-sandbox-"
+SETUP_SCRIPT = "scripts/setup-sandbox.sh"
+_USER_NAME = re.compile(re.escape(SANDBOX_USER_PREFIX) + r"(\d+)$")
+_LOCK_DIR = Path("/run/mutagrade-sandbox")  # root's own: a sandboxed process cannot hold a lock
+_SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+_STDERR_TAIL = 64 * 1024
+
+
+# ------------------------------------------------------------------------ modes, errors
+class SandboxMode(StrEnum):
+    """How much sandbox a run needs."""
+
+    AUTO = "auto"  # every layer this machine offers; refuse if an always-on layer is missing
+    STRICT = "strict"  # every layer, seccomp and bubblewrap included, or refuse
+    NONE = "none"  # no sandbox: trusted code, or a student's suite on the student's own machine
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up for this run (the message says what and why)."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The mode asked for needs a layer this machine does not offer; the message names it."""
+
+
+class Layer(StrEnum):
+    """One layer of the sandbox, as ``mutagrade doctor`` names it."""
+
+    UID = "uid"
+    RLIMITS = "rlimits"
+    SESSION = "session"
+    WORKDIR = "workdir"
+    ENVIRONMENT = "environment"
+    OUTPUT = "output"
+    SECCOMP = "seccomp"
+    BUBBLEWRAP = "bubblewrap"
+
+    @property
+    def always(self) -> bool:
+        """Whether mode ``auto`` needs this layer (the rest are used where available)."""
+        return self not in (Layer.SECCOMP, Layer.BUBBLEWRAP)
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """The sandbox's own limits (time and memory are the run's, in ``RunLimits``)."""
+
+    file_bytes: int = 10 * 1024**2  # largest file a sandboxed process may write
+    open_files: int = 256
+    processes: int = 64  # processes and threads of the sandbox uid
+    tmp_bytes: int = 256 * 1024**2  # the private /tmp (bubblewrap)
+    submission_bytes: int = 64 * 1024**2  # the copy of the submission
+    submission_files: int = 5000
+    output_bytes: int = 64 * 1024**2  # results the worker may write before it is stopped
+    claim_timeout: float = 120.0  # how long to wait for a free sandbox user
+
+
+# ------------------------------------------------------------------------------ status
+class LayerStatus(BaseModel):
+    """Whether one layer is active on this machine, and how (or why not)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layer: Layer
+    active: bool
+    detail: str
+
+    @property
+    def always(self) -> bool:
+        return self.layer.always
+
+
+class SandboxStatus(BaseModel):
+    """Every layer of the sandbox on this machine; :meth:`lines` is ``mutagrade doctor``'s text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layers: tuple[LayerStatus, ...]
+
+    def get(self, layer: Layer) -> LayerStatus:
+        return next(status for status in self.layers if status.layer is layer)
+
+    def active(self, layer: Layer) -> bool:
+        return self.get(layer).active
+
+    def missing(self, mode: SandboxMode) -> list[LayerStatus]:
+        """The inactive layers ``mode`` needs (none for mode ``none``)."""
+        if mode is SandboxMode.NONE:
+            return []
+        needed = [s for s in self.layers if s.always or mode is SandboxMode.STRICT]
+        return [s for s in needed if not s.active]
+
+    def lines(self) -> list[str]:
+        """One line per layer, then what each mode would do here."""
+        lines = ["sandbox layers on this machine:"]
+        for status in self.layers:
+            mark = "on " if status.active else "OFF"
+            kind = "always" if status.always else "where available"
+            lines.append(f"  [{mark}] {status.layer.value:<12} ({kind}) {status.detail}")
+        for mode in (SandboxMode.AUTO, SandboxMode.STRICT):
+            gone = self.missing(mode)
+            verdict = "ready" if not gone else "refuses to run: missing " + ", ".join(s.layer.value for s in gone)
+            lines.append(f"  mode {mode.value}: {verdict}")
+        lines.append("  mode none: runs submitted code with no sandbox (trusted code, or a student's own machine)")
+        return lines
+
+    def render(self) -> str:
+        return "\n".join(self.lines())
+
+
+def sandbox_status(*, fresh: bool = False) -> SandboxStatus:
+    """Which layers this machine offers. Probing runs bubblewrap once; the answer is kept for
+    the life of the process unless ``fresh``."""
+    if fresh:
+        _detect.cache_clear()
+    return _detect()
+
+
+def doctor_lines() -> list[str]:
+    """The sandbox's part of ``mutagrade doctor``: every layer, on or off and why, and whether
+    modes ``auto`` and ``strict`` can run here."""
+    return sandbox_status(fresh=True).lines()
+
+
+def check_mode(mode: SandboxMode | str) -> SandboxStatus:
+    """Check that ``mode`` can be honoured here, before anything is run.
+
+    Raises:
+        SandboxUnavailable: naming each missing layer and why it is missing.
+        ValueError: if ``mode`` is not one of auto, strict, none.
+    """
+    mode = SandboxMode(mode)
+    status = sandbox_status()
+    gone = status.missing(mode)
+    if gone:
+        why = "; ".join(f"{s.layer.value}: {s.detail}" for s in gone)
+        raise SandboxUnavailable(
+            f"sandbox mode {mode.value} needs layer(s) {', '.join(s.layer.value for s in gone)}, "
+            f"unavailable here ({why}). Run {SETUP_SCRIPT} as root to set the sandbox up, or pass "
+            "--sandbox none to run the code with no sandbox (trusted code only)"
+        )
+    return status
+
+
+@functools.cache
+def _detect() -> SandboxStatus:
+    users = sandbox_users()
+    seccomp_ok, seccomp_detail = _probe_seccomp()
+    bwrap_ok, bwrap_detail = _probe_bubblewrap(users[0] if users else None)
+    uid_ok, uid_detail = _probe_users(users, bwrap_ok)
+    limits = SandboxLimits()
+    layers = (
+        LayerStatus(layer=Layer.UID, active=uid_ok, detail=uid_detail),
+        LayerStatus(
+            layer=Layer.RLIMITS, active=True,
+            detail=f"address space and CPU time per run, files up to {_mib(limits.file_bytes)}, "
+            f"{limits.open_files} open files, {limits.processes} processes, no core files",
+        ),
+        LayerStatus(
+            layer=Layer.SESSION, active=True,
+            detail="each worker in a new session; its process group and every process of its uid killed at the end",
+        ),
+        LayerStatus(layer=Layer.WORKDIR, active=uid_ok, detail=_workdir_detail(uid_ok)),
+        LayerStatus(
+            layer=Layer.ENVIRONMENT, active=True,
+            detail="a minimal explicit environment, one BLAS thread, a fixed hash seed",
+        ),
+        LayerStatus(
+            layer=Layer.OUTPUT, active=True,
+            detail=f"worker output read up to {_mib(limits.output_bytes)}, a wall-clock limit per worker, "
+            f"each child's output capped at {_mib(limits.file_bytes)}",
+        ),
+        LayerStatus(layer=Layer.SECCOMP, active=seccomp_ok, detail=seccomp_detail),
+        LayerStatus(layer=Layer.BUBBLEWRAP, active=bwrap_ok, detail=bwrap_detail),
+    )
+    return SandboxStatus(layers=layers)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**2:g} MiB"
+
+
+def _workdir_detail(ok: bool) -> str:
+    if not ok:
+        return "needs the uid layer (the copy is made readable by the sandbox user only)"
+    return f"a private copy of the submission under {tempfile.gettempdir()}, readable by the worker's uid only"
+
+
+# ------------------------------------------------------------------------------- users
+@dataclass(frozen=True)
+class SandboxUser:
+    """One of the sandbox's users: each running worker has one to itself."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+def sandbox_users() -> list[SandboxUser]:
+    """The users ``mutagrade-sandbox-N`` of this machine, in order of N (never root, never
+    the user this process runs as)."""
+    found = []
+    for entry in pwd.getpwall():
+        match = _USER_NAME.match(entry.pw_name)
+        if match and entry.pw_uid not in (0, os.getuid(), os.geteuid()) and entry.pw_gid != 0:
+            found.append((int(match.group(1)), SandboxUser(entry.pw_name, entry.pw_uid, entry.pw_gid)))
+    return [user for _, user in sorted(found)]
+
+
+def _probe_users(users: list[SandboxUser], bwrap_ok: bool) -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, f"the grader runs as uid {os.geteuid()}, not root: it cannot switch to a sandbox user"
+    if not users:
+        return False, f"no user {SANDBOX_USER_PREFIX}N on this machine (run {SETUP_SCRIPT} as root)"
+    span = f"{users[0].name}..{users[-1].name.rsplit('-', 1)[1]}" if len(users) > 1 else users[0].name
+    uids = sorted(u.uid for u in users)
+    detail = f"{len(users)} sandbox user(s) {span} (uids {uids[0]}-{uids[-1]}), one per running worker"
+    if bwrap_ok:
+        return True, detail
+    blocked = _unreachable(_interpreter_paths(), users[0])
+    if blocked:
+        return False, f"{detail}, but {blocked}; install bubblewrap (it mounts the interpreter in)"
+    return True, detail
+
+
+def _interpreter_paths() -> list[Path]:
+    paths = [Path(sys.executable).resolve(), Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
+    paths.append(_grader_dir())
+    return paths
+
+
+def _grader_dir() -> Path:
+    return Path(__file__).absolute().parent
+
+
+def _unreachable(paths: Iterable[Path], user: SandboxUser) -> str:
+    """Why ``user`` cannot reach one of ``paths`` by the permission bits (ACLs aside), or ""."""
+    for path in paths:
+        for folder in [*reversed(path.parents), path]:
+            try:
+                info = os.stat(folder)
+            except OSError as exc:
+                return f"{folder} cannot be read ({exc.strerror})"
+            if info.st_uid == user.uid:
+                bits = stat.S_IXUSR
+            elif info.st_gid == user.gid:
+                bits = stat.S_IXGRP
+            else:
+                bits = stat.S_IXOTH
+            if stat.S_ISDIR(info.st_mode) and not info.st_mode & bits:
+                return f"{folder} (mode {stat.S_IMODE(info.st_mode):04o}) is not searchable by {user.name}"
+    return ""
+
+
+@dataclass
+class _Claim:
+    """A sandbox user held by one worker (an exclusive lock), released by :meth:`release`."""
+
+    user: SandboxUser
+    lock: int
+
+    def release(self) -> None:
+        if self.lock >= 0:
+            os.close(self.lock)  # closing drops the flock
+            self.lock = -1
+
+
+def _claim_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
+    """Lock a free sandbox user for one worker; kill whatever a crashed grader left running
+    under it first."""
+    claim = _lock_user(users, wait)
+    try:
+        _kill_user(claim.user.uid)
+    except BaseException:
+        claim.release()
+        raise
+    return claim
+
+
+def _lock_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
+    """Lock the first free user of ``users``, waiting up to ``wait`` seconds for one."""
+    _LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait
+    while True:
+        for user in users:
+            lock = os.open(_LOCK_DIR / f"{user.uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(lock)
+                continue
+            return _Claim(user, lock)
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"all {len(users)} sandbox users were busy for {wait:g} s: expected one free "
+                f"(add users with {SETUP_SCRIPT} SANDBOX_USERS=N, or run fewer gradings at once)"
+            )
+        time.sleep(0.05)
+
+
+def user_processes(uid: int) -> list[int]:
+    """The live (not zombie) processes whose real, effective or saved uid is ``uid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _runs_as(int(entry), uid):
+            found.append(int(entry))
+    return found
+
+
+def _runs_as(pid: int, uid: int) -> bool:
+    # /proc/<pid>/status, not the folder's owner: a non-dumpable process's folder is root's.
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return False
+    uids: list[int] = []
+    zombie = False
+    for line in text.splitlines():
+        if line.startswith(b"State:"):
+            zombie = line.split()[1:2] in ([b"Z"], [b"X"])
+        elif line.startswith(b"Uid:"):
+            uids = [int(value) for value in line.split()[1:4]]
+            break
+    return uid in uids and not zombie
+
+
+def _kill_user(uid: int, *, rounds: int = 200) -> None:
+    """SIGKILL every process of ``uid`` until none is left (a fork bomb refills the table
+    while it is being emptied, hence the rounds)."""
+    for _ in range(rounds):
+        alive = user_processes(uid)
+        if not alive:
+            return
+        for pid in alive:
+            _kill_pid(pid, uid)
+        time.sleep(0.002)
+    raise SandboxError(f"processes of sandbox uid {uid} survived {rounds} rounds of SIGKILL: {user_processes(uid)}")
+
+
+def _kill_pid(pid: int, uid: int) -> None:
+    # A pidfd pins the process: the pid cannot be reused by an innocent one between the
+    # check of its uid and the signal.
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return
+    try:
+        if _runs_as(pid, uid):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+# ----------------------------------------------------------------------------- seccomp
+_ACT_ALLOW = 0x7FFF0000
+_CMP_NE, _CMP_MASKED_EQ = 1, 7
+_ATTR_TSYNC = 4  # SCMP_FLTATR_CTL_TSYNC: the filter covers every thread of the process
+_CLONE_THREAD = 0x00010000
+_CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+_LOW32 = 0xFFFFFFFF
+
+# No grading run needs these; each is a way out of the sandbox, into another process or into
+# a large attack surface of the kernel.
+_DENIED_IN_WORKER = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root",
+    "chroot", "unshare", "setns", "bpf", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd", "open_tree",
+    "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "kexec_load",
+    "kexec_file_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
+    "name_to_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd",
+    "lookup_dcookie", "fanotify_init", "kcmp", "pidfd_getfd", "syslog", "vhangup", "iopl",
+    "ioperm", "move_pages", "migrate_pages", "uselib",
+)
+# In a child, running the tests: no new process, no new program, no new session or group.
+_DENIED_IN_CHILD = ("fork", "vfork", "execve", "execveat", "setsid", "setpgid", "pidfd_open", "pidfd_send_signal")
+# Calls that reach another process by pid (argument index of the pid): only the child itself.
+_OWN_PID_ONLY = (("kill", 0), ("tkill", 0), ("tgkill", 0), ("rt_sigqueueinfo", 0), ("rt_tgsigqueueinfo", 0))
+# Calls where pid 0 means "myself": any other pid (the worker, a sibling) is refused.
+_SELF_ZERO_ONLY = (
+    ("prlimit64", 0), ("setpriority", 1), ("sched_setaffinity", 0), ("sched_setscheduler", 0),
+    ("sched_setparam", 0), ("sched_setattr", 0), ("ioprio_set", 1),
+)
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15  # make the kernel signal a chosen process
+_FIOSETOWN, _SIOCSPGRP, _TIOCSTI = 0x8901, 0x8902, 0x5412
+_AF_UNIX = 1
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+
+def _errno_action(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+@functools.cache
+def _libseccomp() -> ctypes.CDLL:
+    """libseccomp through ctypes (the Debian package libseccomp2): no compiler, no PyPI
+    package, and the same library inside bubblewrap (it is under /usr)."""
+    lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ArgCmp),
+    ]
+    lib.seccomp_api_get.restype = ctypes.c_uint
+    lib.seccomp_version.restype = ctypes.POINTER(_Version)
+    return lib
+
+
+class _Filter:
+    """A seccomp filter that allows everything but the rules added, built with libseccomp."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+        self.ctx = lib.seccomp_init(_ACT_ALLOW)
+        if not self.ctx:
+            raise SandboxError("seccomp_init failed: expected a seccomp context, got none")
+
+    def deny(self, name: str, *conditions: tuple[int, int, int, int], code: int = errno.EPERM) -> None:
+        number = self.lib.seccomp_syscall_resolve_name(name.encode())
+        if number < 0:  # not a system call of this architecture, or newer than libseccomp
+            return
+        array = (_ArgCmp * len(conditions))(*(_ArgCmp(*c) for c in conditions)) if conditions else None
+        rc = self.lib.seccomp_rule_add_array(self.ctx, _errno_action(code), number, len(conditions), array)
+        if rc < 0:
+            raise SandboxError(f"seccomp rule for {name} {conditions}: expected 0, libseccomp returned {rc}")
+
+    def load(self, *, all_threads: bool = False) -> None:
+        try:
+            if all_threads:
+                self.lib.seccomp_attr_set(self.ctx, _ATTR_TSYNC, 1)
+            rc = self.lib.seccomp_load(self.ctx)
+            if rc < 0:
+                raise SandboxError(f"seccomp_load: expected 0, got {rc} ({os.strerror(-rc)})")
+        finally:
+            self.lib.seccomp_release(self.ctx)
+
+
+def _worker_filter(lib: ctypes.CDLL) -> _Filter:
+    rules = _Filter(lib)
+    for name in _DENIED_IN_WORKER:
+        rules.deny(name)
+    rules.deny("socket", (0, _CMP_NE, _AF_UNIX, 0))  # AF_UNIX only: no internet, netlink, packet
+    for flag in _CLONE_NAMESPACES:
+        rules.deny("clone", (0, _CMP_MASKED_EQ, flag, flag))
+    rules.deny("clone3", code=errno.ENOSYS)  # its flags sit in memory a filter cannot read; libc falls back to clone
+    rules.deny("ioctl", (1, _CMP_MASKED_EQ, _LOW32, _TIOCSTI))
+    return rules
+
+
+def _child_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
+    rules = _Filter(lib)
+    for name in _DENIED_IN_CHILD:
+        rules.deny(name)
+    rules.deny("clone", (0, _CMP_MASKED_EQ, _CLONE_THREAD, 0))  # threads yes, processes no
+    for name, arg in _OWN_PID_ONLY:
+        rules.deny(name, (arg, _CMP_NE, pid, 0))
+    for name, arg in _SELF_ZERO_ONLY:
+        rules.deny(name, (arg, _CMP_NE, 0, 0))
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+        rules.deny("fcntl", (1, _CMP_MASKED_EQ, _LOW32, command))
+    for command in (_FIOSETOWN, _SIOCSPGRP):
+        rules.deny("ioctl", (1, _CMP_MASKED_EQ, _LOW32, command))
+    return rules
+
+
+def _probe_seccomp() -> tuple[bool, str]:
+    if not Path("/proc/self/status").read_text().count("Seccomp:"):
+        return False, "the kernel has no seccomp support"
+    try:
+        lib = _libseccomp()
+    except OSError as exc:
+        return False, f"libseccomp.so.2 cannot be loaded ({exc}); install the Debian package libseccomp2"
+    level = lib.seccomp_api_get()
+    if level < 1:
+        return False, f"libseccomp found, but the kernel offers no seccomp filters (API level {level})"
+    version = lib.seccomp_version().contents
+    return True, (
+        f"libseccomp {version.major}.{version.minor}.{version.micro} (API level {level}): no internet, netlink or "
+        "packet sockets, ptrace, process_vm_*, mount, unshare, bpf, io_uring, keyctl, perf_event_open; "
+        "in a child, no fork or exec, no signal to any other process"
+    )
+
+
+# ------------------------------------------------------------------- worker-side hardening
+@dataclass(frozen=True)
+class ChildHardening:
+    """What each forked child applies to itself, right after the fork (see :func:`harden_worker`)."""
+
+    settings: WorkerSandbox
+    run_timeout: float
+    libseccomp: ctypes.CDLL | None = None
+
+    def apply(self) -> None:
+        """In the child, before any submitted code: die with the worker (even with no sandbox,
+        a child never outlives it), a CPU limit for the run and, with seccomp, the child
+        filter (no new processes, no signals to anything but itself)."""
+        _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if self.settings.cpu_seconds is not None:
+            seconds = math.ceil(self.run_timeout) + 1  # the worker's wall-clock kill comes first
+            _set_limit(resource.RLIMIT_CPU, seconds, seconds + 1)
+        if self.libseccomp is not None:
+            _child_filter(self.libseccomp, os.getpid()).load()
+
+
+def harden_worker(settings: WorkerSandbox, *, memory_bytes: int, run_timeout: float) -> ChildHardening:
+    """In the worker, before it reads any submitted file: make it non-dumpable (its children,
+    same uid, can then neither read nor write its memory, nor reopen its file descriptors
+    through /proc), set its rlimits and install the worker's seccomp filter.
+
+    Returns:
+        What each child applies to itself after the fork.
+
+    Raises:
+        SandboxError: if seccomp was asked for and could not be installed (a worker never
+            runs with fewer layers than the grader was promised).
+    """
+    _libc_prctl(4, 0)  # PR_SET_DUMPABLE, 0: inherited by every child across fork
+    _set_limit(resource.RLIMIT_AS, memory_bytes, memory_bytes)
+    if settings.cpu_seconds is not None:
+        _set_limit(resource.RLIMIT_CPU, settings.cpu_seconds, settings.cpu_seconds + 5)
+        _set_limit(resource.RLIMIT_CORE, 0, 0)
+    for limit, value in (
+        (resource.RLIMIT_FSIZE, settings.file_bytes),
+        (resource.RLIMIT_NOFILE, settings.open_files),
+        (resource.RLIMIT_NPROC, settings.processes),
+    ):
+        if value is not None:
+            _set_limit(limit, value, value)
+    library = None
+    if settings.seccomp:
+        try:
+            library = _libseccomp()
+            _worker_filter(library).load(all_threads=True)
+        except (OSError, SandboxError) as exc:
+            raise SandboxError(f"the worker could not install its seccomp filter: {exc}") from exc
+    return ChildHardening(settings=settings, run_timeout=run_timeout, libseccomp=library)
+
+
+def _set_limit(which: int, soft: int, hard: int) -> None:
+    current_soft, current_hard = resource.getrlimit(which)
+    if current_hard != resource.RLIM_INFINITY:
+        hard = min(hard, current_hard)  # an unprivileged process can only lower its hard limit
+        soft = min(soft, hard)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _libc_prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        code = ctypes.get_errno()
+        raise SandboxError(f"prctl({option}, {value}): expected 0, got errno {code} ({os.strerror(code)})")
+
+
+# --------------------------------------------------------------------------- bubblewrap
+_NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
+_SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# The few files of /etc a Python process reads; the rest of /etc (the grader's configuration
+# among it) stays out of sight.
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "passwd", "group", "nsswitch.conf", "localtime")
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name, path=_SYSTEM_PATH)
+
+
+def _probe_bubblewrap(user: SandboxUser | None) -> tuple[bool, str]:
+    bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
+    if bwrap is None:
+        return False, "bwrap not found; install the Debian package bubblewrap"
+    if setpriv is None:
+        return False, "setpriv not found; install the Debian package util-linux"
+    if os.geteuid() != 0:
+        return False, f"{bwrap} is run by root here, to mount before it drops to a sandbox user; the grader is uid {os.geteuid()}"
+    uid, gid = (user.uid, user.gid) if user else (65534, 65534)
+    command = [bwrap, *_bwrap_base(), "--", *_drop(setpriv, uid, gid), "/bin/true"]
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=20, env={"PATH": _SYSTEM_PATH})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"{bwrap} could not be run: {exc}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return False, f"{bwrap} fails here: {why[0]}"
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
+    return True, (
+        f"{version or bwrap}: new pid, net, ipc, uts and mount namespaces; system read-only; only the "
+        "interpreter, the worker's code, the package under test and the submission's copy visible; private /tmp"
+    )
+
+
+def _drop(setpriv: str, uid: int, gid: int) -> list[str]:
+    """setpriv, run by root inside the namespaces, becomes the sandbox user for good."""
+    return [
+        setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--",
+    ]
+
+
+def _bwrap_base() -> list[str]:
+    args = [
+        *_NAMESPACES, "--die-with-parent", "--new-session", "--hostname", "sandbox",
+        # Only to let setpriv switch to the sandbox user; it drops them with the uid.
+        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for name in _SYSTEM_LINKS:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    return args
+
+
+def _bwrap_args(
+    *,
+    readonly: Sequence[tuple[Path, Path]],
+    tmp_bytes: int,
+    chdir: Path,
+) -> list[str]:
+    """bubblewrap's arguments: the system, a private /tmp, then each (source, destination)
+    bound read-only, the folders above each destination made first, searchable by all."""
+    args = [*_bwrap_base(), "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/"), Path("/tmp"), Path("/etc"), Path("/usr")}
+    bound: list[Path] = [Path("/usr")]
+    for source, dest in sorted(readonly, key=lambda pair: len(pair[1].parts)):
+        if source == dest and any(dest.is_relative_to(b) for b in bound):
+            continue  # already in sight (a system Python under /usr)
+        for folder in reversed(dest.parents):
+            if folder in made or any(folder.is_relative_to(b) for b in bound):
+                continue
+            args += ["--perms", "0755", "--dir", str(folder)]
+            made.add(folder)
+        args += ["--ro-bind", str(source), str(dest)]
+        bound.append(dest)
+        made.add(dest)
+    args += ["--chdir", str(chdir)]
+    return args
+
+
+# ------------------------------------------------------------------------------ workdir
+def _copy_submission(tests_dir: Path, dest: Path, limits: SandboxLimits) -> None:
+    """Copy the regular files and folders of ``tests_dir`` (never a link, a device or a
+    ``__pycache__``) into ``dest``: the worker reads the copy, never the original.
+
+    Raises:
+        SandboxError: if the submission holds more than the limits allow.
+    """
+    total, count = 0, 0
+    for folder, dirs, files in os.walk(tests_dir, followlinks=False):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(folder, d))]
+        target = dest / os.path.relpath(folder, tests_dir)
+        target.mkdir(mode=0o755, exist_ok=True)
+        for name in files:
+            count += 1
+            if count > limits.submission_files:
+                raise SandboxError(
+                    f"{tests_dir}: expected at most {limits.submission_files} files, found more"
+                )
+            copied = _copy_file(Path(folder) / name, target / name, limits.submission_bytes - total)
+            if copied is None:
+                raise SandboxError(
+                    f"{tests_dir}: expected at most {_mib(limits.submission_bytes)} of files, found more"
+                )
+            total += copied
+
+
+def _copy_file(source: Path, dest: Path, budget: int) -> int | None:
+    """Copy one regular file; its size, 0 if it is not a regular file, None if it is larger
+    than ``budget`` bytes (checked before anything is copied)."""
+    # O_NOFOLLOW and a check of what was opened: a file swapped for a link to a root-only file
+    # during the copy is refused, not read by root into the sandbox.
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return 0  # a link or something unreadable: not part of the copy
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            return 0
+        if info.st_size > budget:
+            return None
+        with os.fdopen(os.dup(handle), "rb") as reader, open(dest, "wb") as writer:
+            shutil.copyfileobj(reader, writer)
+        os.chmod(dest, 0o644)
+        return info.st_size
+    finally:
+        os.close(handle)
+
+
+# ---------------------------------------------------------------------------- the worker
+class WorkerOutput(BaseModel):
+    """What came back from a worker: its results (stdout), the tail of its stderr, and, when
+    it did not end normally, why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stdout: bytes
+    stderr: bytes
+    problem: str
+
+
+class SandboxedWorker:
+    """A started worker, in its sandbox. Send it its job with :meth:`communicate`; always
+    :meth:`close` it (idempotent): that kills its session and every process of its uid,
+    frees its sandbox user and removes its work directory.
+
+    Attributes:
+        process: the process started (bubblewrap, or the worker itself).
+        tests: the folder of test files as the worker sees it (the job names this one).
+        layers: the layers this worker runs under.
+    """
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        *,
+        tests: Path,
+        hardening: WorkerSandbox,
+        limits: SandboxLimits,
+        layers: tuple[Layer, ...],
+        claim: _Claim | None = None,
+        workdir: Path | None = None,
+    ) -> None:
+        self.process = process
+        self.tests = tests
+        self.layers = layers
+        self._hardening = hardening
+        self._limits = limits
+        self._claim = claim
+        self._workdir = workdir
+        self._closed = False
+
+    @property
+    def user(self) -> SandboxUser | None:
+        """The sandbox user the worker runs as (None with no sandbox)."""
+        return self._claim.user if self._claim is not None else None
+
+    def settings(self, *, budget: float) -> WorkerSandbox:
+        """What the worker and its children lock down in themselves, for a job of ``budget``
+        seconds (the worker's CPU limit); all off when there is no sandbox."""
+        if self._claim is None:
+            return self._hardening
+        return self._hardening.model_copy(update={"cpu_seconds": math.ceil(budget) + 5})
+
+    def communicate(self, data: bytes, *, timeout: float) -> WorkerOutput:
+        """Send ``data`` on the worker's stdin, read its stdout up to the output cap and the last
+        64 KiB of its stderr, until it exits or ``timeout`` seconds pass (then it is killed)."""
+        return _exchange(self.process, data, timeout=timeout, cap=self._limits.output_bytes, kill=self.close)
+
+    def close(self) -> None:
+        """Kill the worker's session and every process of its uid; free the user; remove the copy."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+        try:
+            if self._claim is not None:
+                _kill_user(self._claim.user.uid)
+        finally:
+            if self._claim is not None:
+                self._claim.release()
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __enter__(self) -> SandboxedWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_worker(
+    *,
+    mode: SandboxMode | str,
+    tests_dir: Path,
+    package_dir: Path,
+    readonly: Sequence[Path] = (),
+    env: Mapping[str, str],
+    limits: SandboxLimits,
+) -> SandboxedWorker:
+    """Start ``python -m grader.worker`` under ``mode``.
+
+    Args:
+        mode: how much sandbox the run needs (``auto`` refuses without the always-on layers).
+        tests_dir: the submission's test files (copied; the worker reads the copy).
+        package_dir: the ``tinyllm`` package under test (visible read-only).
+        readonly: other folders the tests may read (the shipped fixtures), visible read-only.
+        env: the worker's environment (the sandbox adds TMPDIR and HOME).
+        limits: the sandbox's limits.
+
+    Raises:
+        SandboxUnavailable: if ``mode`` needs a layer this machine does not offer.
+        SandboxError: if the submission is too large, or no sandbox user is free.
+    """
+    mode = SandboxMode(mode)
+    tests_dir = Path(tests_dir).absolute()
+    command = [sys.executable, "-P", "-m", "grader.worker"]  # -P: the tests' folder never shadows a module
+    if mode is SandboxMode.NONE:
+        process = _popen(command, env=dict(env), cwd=tests_dir)
+        return SandboxedWorker(
+            process, tests=tests_dir, hardening=WorkerSandbox(), limits=limits, layers=(Layer.SESSION, Layer.OUTPUT)
+        )
+    status = check_mode(mode)
+    bubblewrap = status.active(Layer.BUBBLEWRAP)
+    hardening = WorkerSandbox(
+        file_bytes=limits.file_bytes,
+        open_files=limits.open_files,
+        processes=limits.processes,
+        seccomp=status.active(Layer.SECCOMP),
+    )
+    layers = tuple(layer for layer in Layer if status.active(layer))
+    claim = _claim_user(sandbox_users(), limits.claim_timeout)
+    workdir: Path | None = None
+    try:
+        workdir = _make_workdir(tests_dir, claim.user, limits)
+        copy = workdir / "tests"
+        if bubblewrap:
+            tests, process = _start_in_bubblewrap(
+                command, claim.user, copy=copy, tests_dir=tests_dir,
+                readonly=[package_dir, *readonly], env=env, limits=limits,
+            )
+        else:
+            tests = copy
+            private = {**env, "TMPDIR": str(workdir / "tmp"), "HOME": str(workdir / "tmp")}
+            process = _popen(command, env=private, cwd=copy, user=claim.user)
+    except BaseException:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        claim.release()
+        raise
+    return SandboxedWorker(
+        process, tests=tests, hardening=hardening, limits=limits, layers=layers, claim=claim, workdir=workdir
+    )
+
+
+def _make_workdir(tests_dir: Path, user: SandboxUser, limits: SandboxLimits) -> Path:
+    """A fresh folder: ``tests`` (the copy, root's, read-only to the user) and ``tmp`` (the
+    user's); the folder itself root's and the user's group's, closed to everyone else."""
+    workdir = Path(tempfile.mkdtemp(prefix="mutagrade-"))
+    try:
+        _copy_submission(tests_dir, workdir / "tests", limits)
+        (workdir / "tests").chmod(0o755)
+        tmp = workdir / "tmp"
+        tmp.mkdir(mode=0o700)
+        os.chown(tmp, user.uid, user.gid)
+        os.chown(workdir, 0, user.gid)
+        workdir.chmod(0o750)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return workdir
+
+
+def _start_in_bubblewrap(
+    command: list[str],
+    user: SandboxUser,
+    *,
+    copy: Path,
+    tests_dir: Path,
+    readonly: Sequence[Path],
+    env: Mapping[str, str],
+    limits: SandboxLimits,
+) -> tuple[Path, subprocess.Popen[bytes]]:
+    """The copy appears at the original tests path (messages name the student's own paths,
+    and a conftest finding files beside it still finds them), read-only."""
+    bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
+    assert bwrap is not None and setpriv is not None  # checked by the probe  # noqa: S101
+    mounts = [(path.resolve(), path) for path in _visible(readonly)] + [(copy, tests_dir)]
+    args = [bwrap, *_bwrap_args(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir)]
+    args += ["--", *_drop(setpriv, user.uid, user.gid), *command]
+    private = {**env, "TMPDIR": "/tmp", "HOME": "/tmp"}
+    return tests_dir, _popen(args, env=private, cwd=Path("/"))
+
+
+def _visible(readonly: Sequence[Path]) -> list[Path]:
+    """The folders the worker needs to see, outermost only: the interpreter and its packages,
+    the worker's code, and ``readonly``. Each appears at the path the worker knows it by."""
+    wanted = [Path(sys.prefix), Path(sys.base_prefix), _grader_dir(), *map(Path, site.getsitepackages()), *readonly]
+    absolute = {Path(os.path.abspath(path)) for path in wanted if os.path.exists(path)}
+    kept: list[Path] = []
+    for path in sorted(absolute, key=lambda p: len(p.parts)):
+        if not any(path.is_relative_to(outer) for outer in kept):
+            kept.append(path)
+    return kept
+
+
+def _popen(
+    command: list[str], *, env: dict[str, str], cwd: Path, user: SandboxUser | None = None
+) -> subprocess.Popen[bytes]:
+    extra = {"user": user.uid, "group": user.gid, "extra_groups": []} if user is not None else {}
+    try:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=str(cwd),
+            start_new_session=True,
+            **extra,
+        )
+    except OSError as exc:
+        who = f" as {user.name}" if user is not None else ""
+        raise SandboxError(f"the worker could not be started{who}: {command[0]}: {exc}") from exc
+
+
+def _exchange(
+    process: subprocess.Popen[bytes], data: bytes, *, timeout: float, cap: int, kill: Callable[[], None]
+) -> WorkerOutput:
+    """communicate() with a cap: stdout beyond ``cap`` bytes stops the worker; of stderr only
+    the last 64 KiB are kept."""
+    assert process.stdin and process.stdout and process.stderr  # noqa: S101 - started with pipes
+    deadline = time.monotonic() + timeout
+    stdout, stderr = bytearray(), bytearray()
+    pending = memoryview(data)
+    problem = ""
+    with selectors.DefaultSelector() as selector:
+        for stream, events in ((process.stdin, selectors.EVENT_WRITE), (process.stdout, selectors.EVENT_READ), (process.stderr, selectors.EVENT_READ)):
+            os.set_blocking(stream.fileno(), False)
+            selector.register(stream, events)
+        if not pending:
+            selector.unregister(process.stdin)
+            process.stdin.close()
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                problem = f"the worker passed its time limit of {timeout:g} s"
+                break
+            for key, _ in selector.select(timeout=min(left, 1.0)):
+                stream = key.fileobj
+                if stream is process.stdin:
+                    try:
+                        written = os.write(process.stdin.fileno(), pending[:65536])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        written = len(pending)
+                    pending = pending[written:]
+                    if not pending:
+                        selector.unregister(process.stdin)
+                        process.stdin.close()
+                    continue
+                try:
+                    chunk = os.read(stream.fileno(), 65536)  # type: ignore[union-attr]
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    selector.unregister(stream)
+                    continue
+                if stream is process.stdout:
+                    stdout += chunk
+                    if len(stdout) > cap:
+                        problem = f"the worker wrote more than {_mib(cap)} of results and was stopped"
+                        del stdout[cap:]
+                        break
+                else:
+                    stderr += chunk
+                    del stderr[:-_STDERR_TAIL]
+            if problem:
+                break
+    if problem:
+        kill()
+    else:
+        try:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill()
+            problem = f"the worker passed its time limit of {timeout:g} s"
+        else:
+            problem = f"the worker exited with status {process.returncode}"
+    return WorkerOutput(stdout=bytes(stdout), stderr=bytes(stderr), problem=problem)
+

@@ -1,0 +1,535 @@
+"""The sandbox against hostile submissions, for real: every attack ends as a clear per-test
+error, the grader finishes, nothing outside the work directory changes, no process of a
+sandbox user survives, and the next submission is graded right.
+
+The battery runs in mode ``strict`` (every layer active; a machine without them fails here
+rather than pass untested) with short limits, through the runner alone (no policy check).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from grader.models import Outcome, SuiteRun, WorkerRun
+from grader.paths import default_layout
+from grader.runner import RunLimits, WorkerProcess
+from grader.sandbox import (
+    Layer,
+    LayerStatus,
+    SandboxLimits,
+    SandboxMode,
+    SandboxStatus,
+    SandboxUnavailable,
+    SandboxUser,
+    _lock_user,
+    check_mode,
+    doctor_lines,
+    sandbox_users,
+    user_processes,
+)
+
+LAYOUT = default_layout()
+REFERENCE = LAYOUT.gru_source.read_text()
+LIMITS = RunLimits(
+    run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=1, sandbox=SandboxMode.STRICT
+)
+SECRET = "TOPSECRET-4f1c9"
+ENV_SECRET = "ENVSECRET-77d2a"
+
+HEADER = '''
+import ctypes
+import os
+import signal
+import socket
+import sys
+import tempfile
+
+import numpy as np
+
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import gru_cell
+'''
+
+NORMAL = '''
+import math
+
+import numpy as np
+
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import gru_cell
+
+
+def test_hand():
+    w = [Tensor(a, dtype=np.float64) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])]
+    out = gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64), *w)
+    assert np.allclose(out.data, [[0.25 * np.tanh(0.75) + 0.375]])
+'''
+
+# Each attack is the body of ``test_hostile``; it fails (or errs) when the attack is stopped.
+# ``{outside}``, ``{port}``, ``{grader}`` and the like are filled in per test.
+ATTACKS = {
+    "fork_bomb": '''
+    while True:
+        os.fork()
+''',
+    "allocate_50_gb": '''
+    block = bytearray(50 * 10**9)
+    assert len(block) > 0
+''',
+    "memory_growth": '''
+    chunks = []
+    while True:
+        chunks.append(bytearray(32 * 2**20))
+''',
+    "infinite_loop": '''
+    while True:
+        pass
+''',
+    "file_of_5_gb": '''
+    chunk = b"x" * 2**20
+    with open(os.path.join(tempfile.gettempdir(), "big"), "wb") as handle:
+        for _ in range(5 * 1024):
+            handle.write(chunk)
+''',
+    "many_open_files": '''
+    folder = tempfile.mkdtemp()
+    handles = [open(os.path.join(folder, f"f{{i}}"), "w") for i in range(100_000)]
+    assert len(handles) == 100_000
+''',
+    "many_files_created": '''
+    folder = tempfile.mkdtemp()
+    for i in range(10**7):
+        open(os.path.join(folder, f"f{{i}}"), "w").close()
+''',
+    "write_outside_the_work_dir": '''
+    targets = [{canary!r}, {new_file!r}, {grader_file!r}, {reference_file!r}, {original!r}, "/etc/passwd", "/usr/bin/python3"]
+    wrote = []
+    for path in targets:
+        try:
+            with open(path, "a") as handle:
+                handle.write("owned\\n")
+            wrote.append(path)
+        except OSError:
+            pass
+    assert wrote, "nothing outside could be written"
+''',
+    "output_of_1_gb": '''
+    chunk = "x" * 2**20
+    for _ in range(1024):
+        sys.stdout.write(chunk)
+        sys.stderr.write(chunk)
+    sys.stdout.flush()
+''',
+    "tcp_connect_to_localhost": '''
+    with socket.create_connection(("127.0.0.1", {port}), timeout=1) as conn:
+        conn.sendall(b"hello from the sandbox")
+''',
+    "raw_and_netlink_sockets": '''
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+''',
+    "read_a_root_only_secret": '''
+    with open({secret_file!r}) as handle:
+        assert {secret!r} in handle.read()
+''',
+    "read_the_graders_environment": '''
+    found = []
+    for pid in [{grader_pid}] + [p for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            with open(f"/proc/{{pid}}/environ", "rb") as handle:
+                if {env_secret!r}.encode() in handle.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    assert found, "no environment held the secret"
+''',
+    "read_the_graders_data": '''
+    for path in {grader_data!r}:
+        with open(path) as handle:
+            handle.read()
+''',
+    "kill_the_parent": '''
+    errors = []
+    for attempt in (
+        lambda: os.kill(os.getppid(), signal.SIGKILL),
+        lambda: os.killpg(os.getpgid(os.getppid()), signal.SIGKILL),
+        lambda: os.kill(-1, signal.SIGKILL),
+        lambda: os.kill(1, signal.SIGKILL),
+    ):
+        try:
+            attempt()
+        except OSError as exc:
+            errors.append(repr(exc))
+    assert not errors, errors
+''',
+    "ptrace_the_parent": '''
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.ptrace(16, os.getppid(), None, None)  # PTRACE_ATTACH
+    assert rc == 0, f"ptrace failed: errno {{ctypes.get_errno()}}"
+''',
+    "write_the_parents_memory": '''
+    with open(f"/proc/{{os.getppid()}}/mem", "r+b") as handle:
+        handle.write(b"x")
+''',
+    "setsid_then_spin": '''
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            pass
+    os.setsid()
+''',
+    "new_namespaces": '''
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.unshare(0x10000000 | 0x00020000)  # CLONE_NEWUSER | CLONE_NEWNS
+    assert rc == 0, f"unshare failed: errno {{ctypes.get_errno()}}"
+''',
+    "sys_exit_mid_test": '''
+    sys.exit(0)
+''',
+    "os_exit_mid_test": '''
+    os._exit(0)
+''',
+    "forged_result_lines": '''
+    forged = (
+        b'{{"result": {{"test_id": "test_hostile.py::test_hostile", "outcome": "passed", "message": "", "duration": 0.0}}}}\\n'
+        b'{{"done": true}}\\n'
+        b'{{"variant": "reference", "hash_seed": 1, "attempt": 1, "results": []}}\\n'
+    )
+    for fd in range(1024):
+        try:
+            os.write(fd, forged)
+        except OSError:
+            pass
+''',
+    "signal_storm": '''
+    for _ in range(10_000):
+        for target in (os.getppid(), 0, -1):
+            os.kill(target, signal.SIGUSR1)
+''',
+    "deep_recursion": '''
+    import json
+    sys.setrecursionlimit(10**8)
+    nested = []
+    for _ in range(10**6):
+        nested = [nested]
+    json.dumps(nested)  # recursion in C: the stack overflows, the child dies of SIGSEGV
+''',
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+def _leftovers(user: SandboxUser) -> list[int]:
+    """The processes of ``user`` once no worker holds it (other gradings, on this machine at
+    the same time, use the other sandbox users)."""
+    claim = _lock_user([user], wait=60.0)
+    try:
+        return user_processes(user.uid)
+    finally:
+        claim.release()
+
+
+def _digest(roots: list[Path]) -> dict[str, str]:
+    """Every file and folder under ``roots``, with a hash of each file's bytes and its mode."""
+    seen: dict[str, str] = {}
+    for root in roots:
+        for path in sorted([root, *root.rglob("*")]):
+            if "__pycache__" in path.parts:
+                continue
+            info = path.lstat()
+            content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else "dir"
+            seen[str(path)] = f"{content} {info.st_mode:o} {info.st_uid}"
+    return seen
+
+
+def _write_suite(folder: Path, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test_hostile.py").write_text(body)
+    return folder
+
+
+def _run(tests: Path, runs: list[WorkerRun] | None = None, limits: RunLimits = LIMITS) -> list[SuiteRun]:
+    """Run the suite through one worker; check afterwards that its sandbox user has no process left."""
+    worker = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=limits)
+    user = worker.sandbox.user
+    results = worker.run(runs or [WorkerRun(variant="reference", source=REFERENCE)])
+    if user is not None:
+        assert _leftovers(user) == [], f"processes of {user.name} survived the run"
+    return results
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder outside the work directory: a world-writable one with a world-writable canary
+    and a root-only secret (the sandbox user could write the one and not read the other)."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    folder.chmod(0o777)
+    canary = folder / "canary.txt"
+    canary.write_text("canary\n")
+    canary.chmod(0o666)
+    secret = folder / "secret.txt"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    return folder
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+# ----------------------------------------------------------------------------- battery
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outside, listener, monkeypatch):
+    monkeypatch.setenv("MUTAGRADE_BATTERY_SECRET", ENV_SECRET)
+    tests = tmp_path / "tests"
+    values = {
+        "canary": str(outside / "canary.txt"),
+        "new_file": str(outside / "new.txt"),
+        "grader_file": str(LAYOUT.root / "grader" / "worker.py"),
+        "reference_file": str(LAYOUT.gru_source),
+        "original": str(tests / "test_hostile.py"),
+        "port": listener.getsockname()[1],
+        "secret_file": str(outside / "secret.txt"),
+        "secret": SECRET,
+        "env_secret": ENV_SECRET,
+        "grader_pid": os.getpid(),
+        "grader_data": [str(LAYOUT.root / "pyproject.toml"), str(LAYOUT.mutants / "manifest.toml")],
+    }
+    body = ATTACKS[attack].format(**values)
+    _write_suite(tests, HEADER + "\n\ndef test_hostile():" + body)
+    watched = [LAYOUT.root / "grader", LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
+    before = _digest(watched)
+    # The next submission's worker starts alongside, as the grader starts its workers ahead:
+    # the attack must not reach it either.
+    normal = WorkerProcess(layout=LAYOUT, tests_dir=_write_suite(tmp_path / "normal", NORMAL), hash_seed=1, limits=LIMITS)
+
+    [run] = _run(tests)
+
+    hostile = next((r for r in run.results if r.test_id == "test_hostile.py::test_hostile"), None)
+    assert hostile is not None, f"the hostile test was not reported: {run}"
+    assert hostile.outcome is not Outcome.PASSED, f"{attack}: the attack went through: {hostile}"
+    assert hostile.message.strip(), f"{attack}: no message says what happened: {hostile}"
+    assert _digest(watched) == before, f"{attack}: a file outside the work directory changed"
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nothing reached the port the test opened
+
+    [after] = normal.run([WorkerRun(variant="reference", source=REFERENCE)])
+    assert after.crashed == "" and after.collection_errors == ()
+    assert [(r.test_id, r.outcome) for r in after.results] == [("test_hostile.py::test_hand", Outcome.PASSED)]
+
+
+def test_the_outcomes_say_what_stopped_each_kind_of_attack(tmp_path):
+    """Spot checks that the messages are the clear ones, not an accident."""
+    suite = HEADER + '''
+def test_alloc():
+    bytearray(50 * 10**9)
+
+def test_fork():
+    os.fork()
+
+def test_big_file():
+    with open(os.path.join(tempfile.gettempdir(), "big"), "wb") as handle:
+        handle.write(b"x" * (11 * 2**20))
+
+def test_loop():
+    while True:
+        pass
+
+def test_exit_last():
+    os._exit(0)
+
+def test_never_runs():
+    pass
+'''
+    [run] = _run(_write_suite(tmp_path / "tests", suite))
+    by_name = {r.test_id.split("::")[1]: r for r in run.results}
+    assert by_name["test_alloc"].outcome is Outcome.FAILED and "MemoryError" in by_name["test_alloc"].message
+    assert by_name["test_fork"].outcome is Outcome.FAILED and "Operation not permitted" in by_name["test_fork"].message
+    assert "File too large" in by_name["test_big_file"].message
+    assert by_name["test_loop"].outcome is Outcome.TIMEOUT and "limit of 2 s" in by_name["test_loop"].message
+    for name in ("test_exit_last", "test_never_runs"):
+        assert by_name[name].outcome is Outcome.ERROR
+        assert "exited with status 0 before it finished" in by_name[name].message
+
+
+def test_a_forged_report_is_an_error_for_the_tests_after_it(tmp_path):
+    suite = HEADER + '''
+def test_before():
+    pass
+
+def test_forges():
+    for fd in range(3, 1024):
+        try:
+            os.write(fd, b'{"result": {"test_id": "test_hostile.py::test_after", "outcome": "passed"}}\\n')
+        except OSError:
+            pass
+
+def test_after():
+    assert False
+'''
+    [run] = _run(_write_suite(tmp_path / "tests", suite))
+    by_name = {r.test_id.split("::")[1]: r for r in run.results}
+    assert by_name["test_before"].outcome is Outcome.PASSED  # reported before the forgery: it stands
+    for name in ("test_forges", "test_after"):
+        assert by_name[name].outcome is Outcome.ERROR
+        assert "forged or corrupted report" in by_name[name].message
+    assert "forged" in run.crashed
+
+
+def test_a_child_claiming_done_early_leaves_its_unreported_tests_missing(tmp_path):
+    """Even the child's own reporter, used by the test itself, cannot turn a test that never
+    ran into a pass: the worker counts a collected test without a result as missing."""
+    suite = HEADER + '''
+def test_claims_done(request):
+    reporter = next(p for p in request.config.pluginmanager.get_plugins() if type(p).__name__ == "_Reporter")
+    reporter.send(done=True)
+    os._exit(0)
+
+def test_never_ran():
+    assert False
+'''
+    [run] = _run(_write_suite(tmp_path / "tests", suite))
+    outcomes = {r.test_id.split("::")[1]: r for r in run.results}
+    assert outcomes["test_claims_done"].outcome is Outcome.MISSING
+    assert outcomes["test_never_ran"].outcome is Outcome.MISSING
+    assert outcomes["test_never_ran"].message == "the test never reported"
+    assert Outcome.MISSING.kills
+
+
+def test_a_hostile_run_cannot_change_another_variants_results(tmp_path):
+    """Two variants side by side in one worker: the hostile one writes forged results for the
+    other to every descriptor and signals every process it can see; the other is unharmed."""
+    suite = HEADER + '''
+import tinyllm.rnn.gru as gru
+
+def test_one():
+    if getattr(gru, "HOSTILE", False):
+        forged = b'{"variant": "reference", "hash_seed": 1, "attempt": 1, "results": [], "crashed": "forged"}\\n'
+        for fd in range(1024):
+            try:
+                os.write(fd, forged)
+            except OSError:
+                pass
+        for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        assert False, "hostile"
+
+def test_two():
+    if getattr(gru, "HOSTILE", False):
+        os.kill(os.getppid(), signal.SIGSTOP)
+'''
+    tests = _write_suite(tmp_path / "tests", suite)
+    runs = [
+        WorkerRun(variant="hostile", source=REFERENCE + "\nHOSTILE = True\n"),
+        WorkerRun(variant="reference", source=REFERENCE),
+    ]
+    hostile, reference = _run(tests, runs, limits=RunLimits(
+        run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=2, sandbox=SandboxMode.STRICT,
+    ))
+    assert reference.crashed == "" and [r.outcome for r in reference.results] == [Outcome.PASSED] * 2
+    assert hostile.variant == "hostile" and all(r.outcome is not Outcome.PASSED for r in hostile.results)
+
+
+def test_a_child_holds_no_descriptor_but_its_own_report_pipe(tmp_path):
+    """The worker's stdout (where results go to the grader), its job pipe and the other
+    children's pipes are closed in each child before any test runs."""
+    suite = HEADER + '''
+def test_descriptors():
+    targets = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    assert False, repr(targets)
+'''
+    runs = [WorkerRun(variant=name, source=REFERENCE) for name in ("reference", "twin")]
+    limits = RunLimits(run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=2, sandbox=SandboxMode.STRICT)
+    for run in _run(_write_suite(tmp_path / "tests", suite), runs, limits=limits):
+        targets = ast.literal_eval(run.results[0].message.split("AssertionError: ")[-1].splitlines()[0])
+        pipes = [fd for fd, target in targets.items() if target.startswith("pipe:")]
+        assert len(pipes) == 1, targets  # its own report pipe, nothing else
+        assert targets[0] == "/dev/null" and targets[1] == targets[2] and "(deleted)" in targets[1], targets
+
+
+def test_a_run_that_cannot_start_is_reported_as_such(tmp_path):
+    """A process limit the worker itself fills: no child can be forked, and each run says so."""
+    limits = RunLimits(
+        run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=1, sandbox=SandboxMode.STRICT,
+        sandbox_limits=SandboxLimits(processes=1),
+    )
+    [run] = _run(_write_suite(tmp_path / "tests", NORMAL), limits=limits)
+    assert run.results == () and "could not be started" in run.crashed, run
+    assert "Resource temporarily unavailable" in run.crashed
+
+
+def test_submitted_code_runs_as_a_sandbox_user_with_only_its_copy_in_sight(tmp_path):
+    suite = HEADER + f'''
+def test_who_and_where():
+    seen = sorted(os.listdir({str(LAYOUT.root)!r}))
+    assert False, f"uid={{os.getuid()}} gid={{os.getgid()}} groups={{os.getgroups()}} seen={{seen}} cwd={{os.getcwd()}}"
+'''
+    tests = _write_suite(tmp_path / "tests", suite)
+    [run] = _run(tests)
+    message = run.results[0].message
+    uids = {user.uid for user in sandbox_users()}
+    uid = int(message.split("uid=")[1].split()[0])
+    assert uid in uids and uid != os.getuid()
+    assert "groups=[]" in message
+    for hidden in ("mutants", "pyproject.toml", ".git", "tests", "examples"):
+        assert f"'{hidden}'" not in message.split("seen=")[1], hidden
+    assert f"cwd={tests}" in message  # the copy sits where the tests were: messages name real paths
+
+
+# ------------------------------------------------------------------------ status, modes
+def test_doctor_lines_name_every_layer_and_what_each_mode_does():
+    lines = doctor_lines()
+    text = "\n".join(lines)
+    for layer in Layer:
+        assert f"] {layer.value}" in text
+    assert "mode auto: ready" in text and "mode strict: ready" in text  # the set-up script ran
+    assert any(line.startswith("  mode none:") for line in lines)
+
+
+def test_a_mode_needing_a_missing_layer_names_it():
+    status = SandboxStatus(layers=tuple(
+        LayerStatus(layer=layer, active=layer is not Layer.BUBBLEWRAP, detail="bwrap not found" if layer is Layer.BUBBLEWRAP else "ok")
+        for layer in Layer
+    ))
+    assert status.missing(SandboxMode.AUTO) == []
+    assert [s.layer for s in status.missing(SandboxMode.STRICT)] == [Layer.BUBBLEWRAP]
+    assert status.missing(SandboxMode.NONE) == []
+    assert "mode strict: refuses to run: missing bubblewrap" in status.render()
+
+
+def test_an_unknown_mode_is_refused_and_none_is_always_possible():
+    with pytest.raises(ValueError, match="'sometimes' is not a valid SandboxMode"):
+        check_mode("sometimes")
+    assert check_mode("none").active(Layer.RLIMITS)
+    assert issubclass(SandboxUnavailable, RuntimeError)
+
+
+def test_mode_none_runs_in_place_as_the_grader(tmp_path):
+    suite = HEADER + '''
+def test_who():
+    assert False, f"uid={os.getuid()} cwd={os.getcwd()}"
+'''
+    tests = _write_suite(tmp_path / "tests", suite)
+    [run] = _run(tests, limits=RunLimits(run_timeout=12.0, test_timeout=2.0, jobs=1, sandbox=SandboxMode.NONE))
+    assert f"uid={os.getuid()} cwd={tests}" in run.results[0].message
