@@ -28,7 +28,9 @@ from grader.paths import default_layout  # noqa: E402
 from grader.variants import VariantKind, build_variants, export_variant  # noqa: E402
 
 TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
-ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+# pytest plugins installed beside the project (hypothesis, schemathesis) would slow the baseline
+# unfairly: both sides load only pytest's own.
+ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def mutagrade_once() -> tuple[float, dict]:
