@@ -80,6 +80,7 @@ _USER_NAME = re.compile(re.escape(SANDBOX_USER_PREFIX) + r"(\d+)$")
 _LOCK_DIR = Path("/run/mutagrade-sandbox")  # root's own: a sandboxed process cannot hold a lock
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 _STDERR_TAIL = 64 * 1024
+_WORKDIR_PREFIX = "mutagrade-box-"
 
 
 # ------------------------------------------------------------------------ modes, errors
@@ -342,15 +343,29 @@ class _Claim:
 
 
 def _claim_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
-    """Lock a free sandbox user for one worker; kill whatever a crashed grader left running
-    under it first."""
+    """Lock a free sandbox user for one worker; first kill whatever a grader that died (killed
+    before it could close its worker) left running under it, and remove what it left on disk."""
     claim = _lock_user(users, wait)
     try:
         _kill_user(claim.user.uid)
+        _remove_stale_workdirs(claim.user)
     except BaseException:
         claim.release()
         raise
     return claim
+
+
+def _remove_stale_workdirs(user: SandboxUser) -> None:
+    """Remove the work directories of ``user`` (root's, in the user's group): under the user's
+    lock none of them belongs to a live worker."""
+    base = Path(tempfile.gettempdir())
+    for entry in base.glob(f"{_WORKDIR_PREFIX}*"):
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and info.st_gid == user.gid:
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _lock_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
@@ -828,6 +843,11 @@ class SandboxedWorker:
         """The sandbox user the worker runs as (None with no sandbox)."""
         return self._claim.user if self._claim is not None else None
 
+    @property
+    def workdir(self) -> Path | None:
+        """The private work directory (the copy of the tests; None with no sandbox)."""
+        return self._workdir
+
     def settings(self, *, budget: float) -> WorkerSandbox:
         """What the worker and its children lock down in themselves, for a job of ``budget``
         seconds (the worker's CPU limit); all off when there is no sandbox."""
@@ -857,10 +877,11 @@ class SandboxedWorker:
             if self._claim is not None:
                 _kill_user(self._claim.user.uid)
         finally:
-            if self._claim is not None:
-                self._claim.release()
+            # The copy goes before the user is freed: the next holder finds nothing of ours.
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
+            if self._claim is not None:
+                self._claim.release()
 
     def __enter__(self) -> SandboxedWorker:
         return self
@@ -936,7 +957,7 @@ def start_worker(
 def _make_workdir(tests_dir: Path, user: SandboxUser, limits: SandboxLimits) -> Path:
     """A fresh folder: ``tests`` (the copy, root's, read-only to the user) and ``tmp`` (the
     user's); the folder itself root's and the user's group's, closed to everyone else."""
-    workdir = Path(tempfile.mkdtemp(prefix="mutagrade-"))
+    workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
     try:
         _copy_submission(tests_dir, workdir / "tests", limits)
         (workdir / "tests").chmod(0o755)

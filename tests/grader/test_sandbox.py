@@ -12,6 +12,9 @@ import ast
 import hashlib
 import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ from grader.sandbox import (
     SandboxStatus,
     SandboxUnavailable,
     SandboxUser,
+    _claim_user,
     _lock_user,
     check_mode,
     doctor_lines,
@@ -309,7 +313,9 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
     }
     body = ATTACKS[attack].format(**values)
     _write_suite(tests, HEADER + "\n\ndef test_hostile():" + body)
-    watched = [LAYOUT.root / "grader", LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
+    # The grader's own code the attacks aim at (not all of grader/: it may be edited meanwhile).
+    code = [LAYOUT.root / "grader" / name for name in ("worker.py", "sandbox.py", "runner.py")]
+    watched = [*code, LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
     before = _digest(watched)
     # The next submission's worker starts alongside, as the grader starts its workers ahead:
     # the attack must not reach it either.
@@ -477,6 +483,54 @@ def test_a_run_that_cannot_start_is_reported_as_such(tmp_path):
     [run] = _run(_write_suite(tmp_path / "tests", NORMAL), limits=limits)
     assert run.results == () and "could not be started" in run.crashed, run
     assert "Resource temporarily unavailable" in run.crashed
+
+
+def test_what_a_killed_grader_leaves_behind_goes_with_the_next_claim_of_its_user(tmp_path):
+    """A grader killed outright cannot close its worker: bubblewrap's sandbox dies with it, and
+    whatever is left (the copy, any process of the user) goes when the user is claimed again."""
+    tests = _write_suite(tmp_path / "tests", NORMAL)
+    grader = subprocess.Popen(
+        [sys.executable, "-c", KILLED_GRADER, str(tests)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=LAYOUT.root,
+    )
+    line = grader.stdout.readline()
+    assert line.startswith("sandbox "), line + grader.stdout.read()
+    uid, workdir = line.split()[1:]
+    assert Path(workdir).is_dir()
+    grader.kill()
+    grader.wait()
+    grader.stdout.close()
+    user = next(u for u in sandbox_users() if u.uid == int(uid))
+    held = _lock_user([user], wait=60.0)
+    try:  # the worker died with its grader (bubblewrap's --die-with-parent), unaided
+        deadline = time.monotonic() + 30.0
+        while user_processes(user.uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert user_processes(user.uid) == []
+    finally:
+        held.release()
+    claim = _claim_user([user], wait=60.0)
+    claim.release()
+    assert not Path(workdir).exists()
+
+
+KILLED_GRADER = '''
+import sys, time
+from pathlib import Path
+from grader.paths import default_layout
+from grader.runner import RunLimits, WorkerProcess
+from grader.sandbox import SandboxMode, user_processes
+
+worker = WorkerProcess(
+    layout=default_layout(), tests_dir=Path(sys.argv[1]), hash_seed=1,
+    limits=RunLimits(jobs=1, sandbox=SandboxMode.STRICT),
+)
+uid = worker.sandbox.user.uid
+while not user_processes(uid):  # the worker is up: bubblewrap has tied it to this process
+    time.sleep(0.01)
+print("sandbox", uid, worker.sandbox.workdir, flush=True)
+time.sleep(120)
+'''
 
 
 def test_submitted_code_runs_as_a_sandbox_user_with_only_its_copy_in_sight(tmp_path):
