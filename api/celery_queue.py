@@ -104,22 +104,19 @@ class CeleryQueue:
             return None
 
     def enqueue(self, submission_id: int) -> None:
+        self._send("grade", submission_id, queue="cpu", what="submission")
+
+    def enqueue_golden(self, run_id: int) -> None:
+        self._send("golden", run_id, queue="gpu", what="golden run")
+
+    def _send(self, task: str, job_id: int, *, queue: str, what: str) -> None:
         try:
-            self.app.mutagrade_tasks["grade"].apply_async(
-                args=[submission_id], queue="cpu", retry=True,
+            self.app.mutagrade_tasks[task].apply_async(
+                args=[job_id], queue=queue, retry=True,
                 retry_policy={"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
             )
         except Exception:  # noqa: BLE001 - the job is stored; the sweeper sends it when the broker is back
-            log.warning("broker unavailable: submission %d stays queued and is sent again later", submission_id)
-
-    def enqueue_golden(self, run_id: int) -> None:
-        try:
-            self.app.mutagrade_tasks["golden"].apply_async(
-                args=[run_id], queue="gpu", retry=True,
-                retry_policy={"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
-            )
-        except Exception:  # noqa: BLE001 - the run is stored; the sweeper sends it when the broker is back
-            log.warning("broker unavailable: golden run %d stays queued and is sent again later", run_id)
+            log.warning("broker unavailable: %s %d stays queued and is sent again later", what, job_id)
 
     def healthy(self) -> bool:
         try:
