@@ -22,6 +22,9 @@ class Limits(BaseModel):
     test_timeout_s: float = Field(default=10.0, gt=0)
     run_timeout_s: float = Field(default=120.0, gt=0)
     memory_mb: int = Field(default=2048, ge=256)
+    timeout_factor: float = Field(default=10.0, ge=1.0)
+    timeout_floor_s: float = Field(default=1.0, gt=0)
+    budget_cpu_s: float | None = Field(default=300.0, gt=0)
 
 
 class Assignment(BaseModel):
@@ -42,6 +45,9 @@ class Assignment(BaseModel):
             run_timeout=self.limits.run_timeout_s,
             test_timeout=self.limits.test_timeout_s,
             memory_bytes=self.limits.memory_mb * 1024 * 1024,
+            timeout_factor=self.limits.timeout_factor,
+            timeout_floor=min(self.limits.timeout_floor_s, self.limits.test_timeout_s),
+            cpu_budget=self.limits.budget_cpu_s,
             **extra,
         )
 

@@ -53,7 +53,8 @@ def check_implementation(
         raise GradingInputError(f"{gru}: no implementation; expected your tinyllm package in {impl_dir}")
     live = torch_available() if live is None else live
     run = WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))
-    runs = run_snapshot(layout, layout.course_tests, impl_dir, limits, [run])
+    # The course's own tests: their conftest (the goldens fixture) is trusted.
+    runs = run_snapshot(layout, layout.course_tests, impl_dir, replace(limits, conftests=True), [run])
     if live:
         with tempfile.TemporaryDirectory(prefix="mutagrade-live-") as tmp:
             (Path(tmp) / "test_live_torch.py").write_text(LIVE_TORCH_TEST)

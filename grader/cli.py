@@ -199,6 +199,7 @@ def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
         audience=args.audience,
         jobs=args.jobs,
         sandbox=args.sandbox,
+        full_matrix=args.full_matrix,
     )
     text = render(report, args.format)
     if args.output:
@@ -404,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--jobs", type=int, default=None, help="children at a time (default: one per core)")
     grade.add_argument("--sandbox", choices=("auto", "strict", "none"), default="auto",
                        help="none: no sandbox (your own tests on your own machine); auto refuses without one")
+    grade.add_argument("--full-matrix", action="store_true",
+                       help="run every valid test on every mutant (by default a mutant's run stops at its first kill)")
     grade.set_defaults(run=_cmd_grade)
 
     batch = commands.add_parser("grade-batch", help="grade every student's submission into a CSV gradebook")

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.assignment import Assignment
-from grader.models import JournalSummary, PolicySummary, Report, Score, Timing
+from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
 from grader.policy import check_suite
 from grader.runner import run_matrix
@@ -49,6 +49,7 @@ def grade_suite(
     jobs: int | None = None,
     submission: str | None = None,
     sandbox: SandboxMode | str = SandboxMode.AUTO,
+    full_matrix: bool = False,
 ) -> Report:
     """Grade the test suite in ``tests_dir``.
 
@@ -64,6 +65,8 @@ def grade_suite(
         sandbox: ``auto`` (every layer this machine offers, refusing without the always-on
             ones), ``strict`` (every layer or refuse) or ``none`` (no sandbox: only for
             trusted code, or a student's suite on the student's own machine).
+        full_matrix: run every valid test on every mutant (staff regrades) instead of
+            stopping each mutant's run at its first kill.
 
     Returns:
         The report. A policy violation gives a report with ``policy.ok`` false and nothing run.
@@ -107,12 +110,15 @@ def grade_suite(
             timing=Timing(total_s=round(time.monotonic() - started, 3)),
         )
     limits = replace(assignment.run_limits(jobs), sandbox=mode)
-    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits)
+    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
+                        full_matrix=full_matrix)
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(
         total_s=round(time.monotonic() - started, 3),
-        runs=len(runs),
+        runs=matrix.runs,
         tests_s=round(sum(r.duration for run in runs for r in run.results), 3),
+        cpu_s=matrix.cpu_s,
+        not_run=sum(r.outcome is Outcome.NOT_RUN for run in matrix.first.values() for r in run.results),
     )
     return score_suite(
         submission=name,

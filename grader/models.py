@@ -10,6 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from grader.wire import WorkerSandbox
+
 __all__ = [
     "REPORT_SCHEMA",
     "CourseTestResult",
@@ -25,7 +27,6 @@ __all__ = [
     "TestStatus",
     "TestVerdict",
     "Timing",
-    "WorkerJob",
     "WorkerRun",
     "WorkerSandbox",
 ]
@@ -40,6 +41,7 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"
     MISSING = "missing"  # collected but never reported: the child died or lied
     SKIPPED = "skipped"
+    NOT_RUN = "not_run"  # not run on this variant: already decided (see the report's reason)
 
     @property
     def kills(self) -> bool:
@@ -71,6 +73,9 @@ class SuiteRun(BaseModel):
     collection_errors: tuple[str, ...] = ()
     crashed: str = ""  # why the child ended abnormally, if it did
     duration: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds the run's child used (user and system)
+    stopped_early: bool = False  # stopped after its first test that did not pass, as asked
+    budget_exceeded: str = ""  # the test running when the grading budget ran out
 
     def outcome(self, test_id: str) -> Outcome:
         """The outcome of ``test_id`` in this run (MISSING if it never reported)."""
@@ -86,39 +91,16 @@ class SuiteRun(BaseModel):
 
 # ------------------------------------------------------------------ the worker's job
 class WorkerRun(BaseModel):
-    """One suite run the worker is asked for."""
+    """One suite run the grader asks a worker for (the worker sees a
+    :class:`~grader.wire.RunHeader`, never the variant's name, and only its child the source)."""
 
     variant: str
     source: str
     select: list[str] | None = None  # node ids to run; None runs the whole suite
-    attempt: int = 1
-    confirm: bool = False  # re-run the tests that fail, at once, as attempt 2 (mutants)
+    attempt: int = 1  # 2: a confirming re-run
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
-
-
-class WorkerSandbox(BaseModel):
-    """What the worker, and each child, lock down in themselves before any submitted code runs
-    (see :mod:`grader.sandbox`). Every field off by default: a run with no sandbox."""
-
-    cpu_seconds: int | None = None  # the worker's CPU time; a child gets its run's time limit
-    file_bytes: int | None = None  # largest file a process may write (RLIMIT_FSIZE)
-    open_files: int | None = None  # RLIMIT_NOFILE
-    processes: int | None = None  # processes and threads of the sandbox uid (RLIMIT_NPROC)
-    seccomp: bool = False  # install the seccomp filters (the worker fails rather than run without)
-
-
-class WorkerJob(BaseModel):
-    """What the worker reads on stdin."""
-
-    reference: str  # the folder holding the reference ``tinyllm`` package
-    tests: str  # the folder of test files
-    runs: list[WorkerRun]
-    hash_seed: int
-    jobs: int = 1
-    run_timeout: float = 120.0
-    test_timeout: float = 20.0
-    memory_bytes: int = 2 * 1024**3
-    sandbox: WorkerSandbox = WorkerSandbox()
+    time_limits: dict[str, float] | None = None  # test id -> seconds, instead of the test limit
+    stop_at_first_kill: bool = False  # stop at the first test that does not pass
 
 
 # ----------------------------------------------------------------------- the report
@@ -226,6 +208,8 @@ class Timing(BaseModel):
     total_s: float = 0.0
     runs: int = 0  # suite runs, confirmations included
     tests_s: float = 0.0  # time spent inside the tests themselves, summed over runs
+    cpu_s: float = 0.0  # CPU seconds of every run together (what the grading budget counts)
+    not_run: int = 0  # cells of the matrix not run: already decided (see each cell's reason)
 
 
 class Report(BaseModel):

@@ -48,11 +48,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
-from grader.models import WorkerSandbox
+from grader.wire import WorkerSandbox
 
 __all__ = [
+    "CHILD_SYSCALLS",
     "ChildHardening",
     "Layer",
     "LayerStatus",
@@ -133,10 +132,9 @@ class SandboxLimits:
 
 
 # ------------------------------------------------------------------------------ status
-class LayerStatus(BaseModel):
+@dataclass(frozen=True)
+class LayerStatus:
     """Whether one layer is active on this machine, and how (or why not)."""
-
-    model_config = ConfigDict(frozen=True)
 
     layer: Layer
     active: bool
@@ -147,10 +145,9 @@ class LayerStatus(BaseModel):
         return self.layer.always
 
 
-class SandboxStatus(BaseModel):
+@dataclass(frozen=True)
+class SandboxStatus:
     """Every layer of the sandbox on this machine; :meth:`lines` is ``mutagrade doctor``'s text."""
-
-    model_config = ConfigDict(frozen=True)
 
     layers: tuple[LayerStatus, ...]
 
@@ -724,9 +721,11 @@ def _bwrap_args(
     readonly: Sequence[tuple[Path, Path]],
     tmp_bytes: int,
     chdir: Path,
+    hidden: Sequence[Path] = (),
 ) -> list[str]:
     """bubblewrap's arguments: the system, a private /tmp, then each (source, destination)
-    bound read-only, the folders above each destination made first, searchable by all."""
+    bound read-only, the folders above each destination made first, searchable by all; each
+    ``hidden`` file is replaced by an empty one."""
     args = [*_bwrap_base(), "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/tmp"), Path("/etc"), Path("/usr")}
     bound: list[Path] = [Path("/usr")]
@@ -741,6 +740,8 @@ def _bwrap_args(
         args += ["--ro-bind", str(source), str(dest)]
         bound.append(dest)
         made.add(dest)
+    for path in hidden:
+        args += ["--ro-bind", "/dev/null", str(path)]
     args += ["--chdir", str(chdir)]
     return args
 
@@ -796,11 +797,10 @@ def _copy_file(source: Path, dest: Path, budget: int) -> int | None:
 
 
 # ---------------------------------------------------------------------------- the worker
-class WorkerOutput(BaseModel):
+@dataclass(frozen=True)
+class WorkerOutput:
     """What came back from a worker: its results (stdout), the tail of its stderr, and, when
     it did not end normally, why."""
-
-    model_config = ConfigDict(frozen=True)
 
     stdout: bytes
     stderr: bytes
@@ -853,7 +853,7 @@ class SandboxedWorker:
         seconds (the worker's CPU limit); all off when there is no sandbox."""
         if self._claim is None:
             return self._hardening
-        return self._hardening.model_copy(update={"cpu_seconds": math.ceil(budget) + 5})
+        return self._hardening.replace(cpu_seconds=math.ceil(budget) + 5)
 
     def communicate(self, data: bytes, *, timeout: float) -> WorkerOutput:
         """Send ``data`` on the worker's stdin, read its stdout up to the output cap and the last
@@ -898,6 +898,7 @@ def start_worker(
     readonly: Sequence[Path] = (),
     env: Mapping[str, str],
     limits: SandboxLimits,
+    hidden: Sequence[Path] = (),
 ) -> SandboxedWorker:
     """Start ``python -m grader.worker`` under ``mode``.
 
@@ -908,6 +909,9 @@ def start_worker(
         readonly: other folders the tests may read (the shipped fixtures), visible read-only.
         env: the worker's environment (the sandbox adds TMPDIR and HOME).
         limits: the sandbox's limits.
+        hidden: files under ``package_dir`` the worker must not read (the reference's
+            ``gru.py`` while variants are graded: a run compares with nothing but behaviour);
+            they read as empty under bubblewrap.
 
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine does not offer.
@@ -938,7 +942,7 @@ def start_worker(
         if bubblewrap:
             tests, process = _start_in_bubblewrap(
                 command, claim.user, copy=copy, tests_dir=tests_dir,
-                readonly=[package_dir, *readonly], env=env, limits=limits,
+                readonly=[package_dir, *readonly], env=env, limits=limits, hidden=hidden,
             )
         else:
             tests = copy
@@ -981,13 +985,14 @@ def _start_in_bubblewrap(
     readonly: Sequence[Path],
     env: Mapping[str, str],
     limits: SandboxLimits,
+    hidden: Sequence[Path] = (),
 ) -> tuple[Path, subprocess.Popen[bytes]]:
     """The copy appears at the original tests path (messages name the student's own paths,
     and a conftest finding files beside it still finds them), read-only."""
     bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
     assert bwrap is not None and setpriv is not None  # checked by the probe  # noqa: S101
     mounts = [(path.resolve(), path) for path in _visible(readonly)] + [(copy, tests_dir)]
-    args = [bwrap, *_bwrap_args(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir)]
+    args = [bwrap, *_bwrap_args(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir, hidden=hidden)]
     args += ["--", *_drop(setpriv, user.uid, user.gid), *command]
     private = {**env, "TMPDIR": "/tmp", "HOME": "/tmp"}
     return tests_dir, _popen(args, env=private, cwd=Path("/"))

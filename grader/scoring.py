@@ -57,7 +57,10 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
     message = next((r.message for r in matrix.first["reference"].results if r.test_id == test_id), "")
     if first is not Outcome.PASSED and second is not Outcome.PASSED:
         why = _first_line(message)
-        return TestStatus.WRONG, f"fails on the reference implementation ({first.value})" + (f": {why}" if why else "")
+        return TestStatus.WRONG, (
+            f"fails on the reference implementation ({first.value})" + (f": {why}" if why else "")
+            + "; not run on the wheats or mutants"
+        )
     if first is not second:
         return TestStatus.FLAKY, (
             f"gave {first.value} and then {second.value} on the reference, run twice under "
@@ -65,13 +68,13 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
         )
     rejected = []
     for wheat in wheats:
-        outcome = matrix.first[wheat.id].outcome(test_id)
-        if outcome is not Outcome.PASSED:
+        outcome = matrix.outcome(test_id, wheat.id)
+        if outcome not in (Outcome.PASSED, Outcome.NOT_RUN):
             result = next((r for r in matrix.first[wheat.id].results if r.test_id == test_id), None)
             why = _first_line(result.message) if result else ""
             rejected.append(f"{wheat.id} ({wheat.spec.title}): {outcome.value}" + (f": {why}" if why else ""))
     if rejected:
-        return TestStatus.BRITTLE, "rejects a correct implementation: " + "; ".join(rejected)
+        return TestStatus.BRITTLE, "rejects a correct implementation: " + "; ".join(rejected) + "; not run on the mutants"
     return TestStatus.VALID, ""
 
 
@@ -169,6 +172,12 @@ def score_suite(
     )
 
     reasons: list[str] = []
+    if matrix.budget_stop is not None:
+        stop = matrix.budget_stop
+        reasons.append(
+            f"grading budget of {stop.budget:g} CPU s exceeded in test {stop.test} on variant "
+            f"{names.get(stop.variant, stop.variant)}: grading stopped there, and cells not run count as not killed"
+        )
     if not policy.ok:
         reasons.append(f"the policy check failed ({len(policy.violations)} violation(s)): nothing was run")
     invalid = [v for v in verdicts if not v.valid]

@@ -24,6 +24,7 @@ from grader.report._common import (
 
 __all__ = ["SYMBOLS", "render_github"]
 
+NOT_RUN_SYMBOL = "·"  # a cell not run: already decided, or never reached
 SYMBOLS: dict[Outcome, str] = {
     Outcome.PASSED: "✔",
     Outcome.FAILED: "✖",
@@ -31,8 +32,9 @@ SYMBOLS: dict[Outcome, str] = {
     Outcome.TIMEOUT: "⏱",
     Outcome.MISSING: "?",
     Outcome.SKIPPED: "↷",
+    Outcome.NOT_RUN: NOT_RUN_SYMBOL,
 }
-NOT_RUN = "·"
+NOT_RUN = NOT_RUN_SYMBOL
 _LEGEND = (
     "✔ passed · ✖ failed · ⏱ time-out · ! error in set-up or tear-down · ? no result (the run "
     "died) · ↷ skipped · `·` not run. On a mutant column, ✖ ⏱ ! ? mean the test caught the "

@@ -22,6 +22,7 @@ from grader.report._common import (
 __all__ = ["SYMBOLS", "render_text"]
 
 LINE_WIDTH = 100
+NOT_RUN_SYMBOL = "-"  # a cell not run: already decided, or never reached
 SYMBOLS: dict[Outcome, str] = {
     Outcome.PASSED: ".",
     Outcome.FAILED: "F",
@@ -29,8 +30,9 @@ SYMBOLS: dict[Outcome, str] = {
     Outcome.TIMEOUT: "T",
     Outcome.MISSING: "?",
     Outcome.SKIPPED: "s",
+    Outcome.NOT_RUN: NOT_RUN_SYMBOL,
 }
-NOT_RUN = "-"
+NOT_RUN = NOT_RUN_SYMBOL
 _LEGEND = (
     "Legend: . passed   F failed   E error in set-up/tear-down   T time-out   ? no result (died)",
     "        s skipped   - not run.  On a mutant column anything but . and s means the test caught",
@@ -65,7 +67,8 @@ def render_text(report: Report) -> str:
     t = report.timing
     out.append(
         f"Timing: {t.total_s:.1f} s in total, {t.runs} suite runs, "
-        f"{t.tests_s:.1f} s inside the tests"
+        f"{t.tests_s:.1f} s inside the tests, {t.cpu_s:.1f} CPU s"
+        + (f"; {t.not_run} cells not run (already decided: see '-')" if t.not_run else "")
     )
     # Student test ids and crash messages may carry terminal escapes; show them, do not obey them.
     return printable("\n".join(out) + "\n")

@@ -207,7 +207,7 @@ def test_exit_when_wrong():
 def test_after():
     assert True
 '''
-    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST, policy=False)
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST, policy=False, full_matrix=True)
     exiting = next(t for t in report.tests if t.id.endswith("test_exit_when_wrong"))
     after = next(t for t in report.tests if t.id.endswith("test_after"))
     assert exiting.valid and exiting.outcomes["s03"] is Outcome.ERROR

@@ -1,0 +1,148 @@
+"""The worker's wire protocol: framed messages in, JSON lines out, with no third-party import.
+
+The worker (:mod:`grader.worker`) starts cold in its sandbox, so everything it imports costs
+every grading; this module is the standard library only. The grader writes frames on the
+worker's stdin: a 4-byte big-endian length, then that many bytes of JSON. The first frame is
+the job (:class:`JobSettings`); each later one is a run (:class:`RunHeader`), followed by the
+variant's source as ``source_bytes`` raw bytes that the worker itself never reads: the child it
+forks for the run reads them, so the worker never holds any variant's source (SPEC §8: only
+behaviour tells variants apart). A frame ``{"end": true}``, or the end of stdin, says no more
+runs will come. The worker answers with one JSON object per line on stdout, each a
+:class:`~grader.models.SuiteRun` of the run named by ``run_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = [
+    "FrameError",
+    "JobSettings",
+    "RunHeader",
+    "WorkerSandbox",
+    "encode_frame",
+    "read_exact",
+    "read_frame",
+]
+
+_LENGTH = struct.Struct(">I")
+_FRAME_CAP = 16 * 1024 * 1024  # a header is small; anything larger is a broken stream
+
+
+class FrameError(ValueError):
+    """The stream does not hold a well-formed frame where one was expected."""
+
+
+@dataclass(frozen=True)
+class WorkerSandbox:
+    """What the worker, and each child, lock down in themselves before any submitted code runs
+    (see :mod:`grader.sandbox`). Every field off by default: a run with no sandbox."""
+
+    cpu_seconds: int | None = None  # the worker's CPU time; a child gets its run's time limit
+    file_bytes: int | None = None  # largest file a process may write (RLIMIT_FSIZE)
+    open_files: int | None = None  # RLIMIT_NOFILE
+    processes: int | None = None  # processes and threads of the sandbox uid (RLIMIT_NPROC)
+    seccomp: bool = False  # install the seccomp filters (the worker fails rather than run without)
+
+    def replace(self, **changes: Any) -> WorkerSandbox:
+        return WorkerSandbox(**{**asdict(self), **changes})
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The first frame: where things are and the limits every run shares."""
+
+    reference: str  # the folder holding the ``tinyllm`` package the variants are installed into
+    tests: str  # the folder of test files
+    hash_seed: int
+    jobs: int = 1  # children at a time
+    run_timeout: float = 120.0  # one whole run (wall clock)
+    test_timeout: float = 20.0  # one test, unless the run names its own limit
+    memory_bytes: int = 2 * 1024**3
+    conftests: bool = False  # load the tests' conftest.py files (trusted tests only)
+    sandbox: WorkerSandbox = field(default_factory=WorkerSandbox)
+
+    def to_frame(self) -> bytes:
+        return encode_frame({"job": asdict(self)})
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> JobSettings:
+        data = dict(message["job"])
+        data["sandbox"] = WorkerSandbox(**data.get("sandbox") or {})
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """A run's frame: which tests, under which limits; its source follows as raw bytes."""
+
+    run_id: int
+    source_bytes: int
+    select: list[str] | None = None  # node ids to run, in collection order; None runs all
+    tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
+    time_limits: dict[str, float] | None = None  # test id -> seconds, overriding test_timeout
+    stop_at_first_kill: bool = False  # stop after the first test that does not pass
+    cpu_budget: float | None = None  # CPU seconds this run may use before grading stops
+    timeout_floor: float | None = None  # after a time-out, later tests get at most this
+
+    def to_frame(self) -> bytes:
+        return encode_frame({"run": asdict(self)})
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> RunHeader:
+        return cls(**_known(cls, message["run"]))
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {key: value for key, value in data.items() if key in names}
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    """One frame: the length, then the JSON."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return _LENGTH.pack(len(body)) + body
+
+
+def read_exact(fd: int, size: int) -> bytes:
+    """Exactly ``size`` bytes from ``fd`` (never more: what follows stays in the stream for
+    whoever reads next); fewer only at the end of the stream."""
+    chunks = []
+    left = size
+    while left:
+        chunk = os.read(fd, min(left, 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> dict[str, Any] | None:
+    """The next frame's message, or None at the end of the stream.
+
+    Raises:
+        FrameError: if the stream ends inside a frame, or a frame is not a JSON object.
+    """
+    head = read_exact(fd, _LENGTH.size)
+    if not head:
+        return None
+    if len(head) < _LENGTH.size:
+        raise FrameError("the stream ended inside a frame's length")
+    (size,) = _LENGTH.unpack(head)
+    if size > _FRAME_CAP:
+        raise FrameError(f"a frame must be at most {_FRAME_CAP} bytes, got a length of {size}")
+    body = read_exact(fd, size)
+    if len(body) < size:
+        raise FrameError(f"the stream ended inside a frame: expected {size} bytes, got {len(body)}")
+    try:
+        message = json.loads(body)
+    except ValueError as exc:
+        raise FrameError(f"a frame is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise FrameError(f"a frame must be a JSON object, got {type(message).__name__}")
+    return message

@@ -1,0 +1,218 @@
+"""A broken or hostile suite costs little: reference first, limits derived from the reference,
+a CPU budget, and each mutant's run stopping at its first kill.
+
+Each grading here is timed with the wall clock only as a bound far above what it needs (the
+issue's own ceilings), never as a benchmark: bench/grade_speed.py measures speed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.assignment import Assignment, Limits, load_assignment
+from grader.grading import grade_suite
+from grader.models import Outcome, TestStatus
+from grader.paths import default_layout
+from grader.runner import RunLimits, run_matrix
+from grader.variants import build_variants
+
+LAYOUT = default_layout()
+ASSIGNMENT = load_assignment(LAYOUT.assignment)
+EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+
+SPIN = '''
+def test_spins_{n}():
+    n = 0
+    while True:
+        n += 1
+'''
+
+HAND = '''
+import math
+import numpy as np
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import gru_cell
+
+
+def hand(h=0.5):
+    w = [Tensor(a, dtype=np.float64) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])]
+    return gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[h]], dtype=np.float64), *w)
+
+
+def right():
+    return np.allclose(hand().data, [[0.25 * np.tanh(0.75) + 0.375]])
+'''
+
+
+def _suite(tmp_path: Path, body: str) -> Path:
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    (folder / "test_suite.py").write_text(body)
+    return folder
+
+
+def _grade(tests: Path, **kwargs):
+    started = time.monotonic()
+    report = grade_suite(tests, layout=LAYOUT, assignment=kwargs.pop("assignment", ASSIGNMENT), **kwargs)
+    return report, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def example_report():
+    report, _ = _grade(EXAMPLE, audience="staff")
+    return report
+
+
+def _the_next_grading_is_right(example_report) -> None:
+    """A grading after a hostile one gives the bundled example its usual report."""
+    report, _ = _grade(EXAMPLE, audience="staff")
+    assert report.passed and report.score == example_report.score
+    assert [(t.id, t.status, t.kills) for t in report.tests] == [
+        (t.id, t.status, t.kills) for t in example_report.tests
+    ]
+
+
+def _wrong_and_run_nowhere_else(report, test) -> None:
+    assert test.status is TestStatus.WRONG and not test.valid
+    assert "not run on the wheats or mutants" in test.reason
+    others = {v: o for v, o in test.outcomes.items() if v != "reference"}
+    assert others and set(others.values()) == {Outcome.NOT_RUN}
+
+
+def test_one_spinning_test_costs_one_time_limit(tmp_path, example_report):
+    report, took = _grade(_suite(tmp_path, SPIN.format(n=0)), audience="staff")
+    [test] = report.tests
+    assert test.outcomes["reference"] is Outcome.TIMEOUT
+    _wrong_and_run_nowhere_else(report, test)
+    assert not report.passed and report.score.killed == 0
+    assert report.timing.runs == 2  # the reference under two hash seeds, nothing else
+    assert took <= 25, f"a one-test spinning suite took {took:.1f} s to grade"
+    _the_next_grading_is_right(example_report)
+
+
+def test_ten_spinning_tests_cost_one_limit_then_the_floor(tmp_path, example_report):
+    report, took = _grade(_suite(tmp_path, "".join(SPIN.format(n=n) for n in range(10))), audience="staff")
+    assert len(report.tests) == 10
+    for test in report.tests:
+        assert test.outcomes["reference"] is Outcome.TIMEOUT
+        _wrong_and_run_nowhere_else(report, test)
+    later = [t for t in report.tests if "lowered from" in t.reason]
+    assert len(later) == 9  # after the first time-out, the others get the floor
+    assert took <= 30, f"a ten-test spinning suite took {took:.1f} s to grade"
+    _the_next_grading_is_right(example_report)
+
+
+def test_a_test_that_allocates_without_bound_is_wrong_and_cheap(tmp_path, example_report):
+    body = '''
+def test_hoards():
+    hoard = []
+    while True:
+        hoard.append(bytearray(64 * 1024 * 1024))
+'''
+    report, took = _grade(_suite(tmp_path, body), audience="staff")
+    [test] = report.tests
+    assert test.outcomes["reference"] in (Outcome.FAILED, Outcome.ERROR)
+    _wrong_and_run_nowhere_else(report, test)
+    assert took <= 30
+    _the_next_grading_is_right(example_report)
+
+
+def test_a_suite_that_errors_at_import_is_graded_at_once(tmp_path, example_report):
+    report, took = _grade(_suite(tmp_path, "raise RuntimeError('broken at import')\n\ndef test_x():\n    pass\n"))
+    assert not report.passed and report.tests == []
+    assert "no test was collected" in report.reasons
+    assert any("broken at import" in p for p in report.problems)
+    assert report.timing.runs == 2
+    assert took <= 30
+    _the_next_grading_is_right(example_report)
+
+
+def test_a_mutant_that_loops_is_killed_by_a_limit_derived_from_the_reference(tmp_path):
+    body = HAND + '''
+
+def test_waits_for_the_right_answer():
+    while not right():
+        pass
+'''
+    report, took = _grade(_suite(tmp_path, body), audience="staff")
+    [test] = report.tests
+    assert test.valid
+    assert test.outcomes["s03"] is Outcome.TIMEOUT and "s03" in test.kills
+    # Each looping mutant costs its derived limit (the floor, 1 s), twice (the kill is
+    # confirmed), not the 10 s test limit: five of them would take 100 s otherwise.
+    looping = [v for v, o in test.outcomes.items() if o is Outcome.TIMEOUT]
+    assert len(looping) >= 5
+    assert took < 5 * 10
+
+
+def test_the_budget_stops_a_grading_with_a_clear_report(tmp_path):
+    body = '''
+import time
+
+
+def test_burns_cpu():
+    started = time.process_time()
+    while time.process_time() - started < 2.0:
+        pass
+'''
+    tight = ASSIGNMENT.model_copy(update={"limits": ASSIGNMENT.limits.model_copy(update={"budget_cpu_s": 3.0})})
+    report, took = _grade(_suite(tmp_path, body), assignment=tight, policy=False)  # `time`: a trusted suite
+    assert not report.passed
+    assert report.reasons[0].startswith(
+        "grading budget of 3 CPU s exceeded in test test_suite.py::test_burns_cpu on variant"
+    ), report.reasons
+    assert took < 30
+
+
+def test_the_cli_exits_1_when_the_budget_runs_out(tmp_path):
+    tests = _suite(tmp_path, "import time\n\ndef test_burns():\n    t = time.process_time()\n"
+                             "    while time.process_time() - t < 2.0:\n        pass\n")
+    assignment = tmp_path / "assignment.toml"
+    assignment.write_text(LAYOUT.assignment.read_text().replace("budget_cpu_s = 300.0", "budget_cpu_s = 3.0"))
+    done = subprocess.run(
+        [sys.executable, "-m", "grader.cli", "grade", str(tests), "--assignment", str(assignment), "--policy", "off"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "grading budget of 3 CPU s exceeded in test test_suite.py::test_burns" in done.stdout
+
+
+def test_each_mutant_stops_at_its_first_kill_unless_the_full_matrix_is_asked(example_report):
+    full, _ = _grade(EXAMPLE, audience="staff", full_matrix=True)
+    assert example_report.timing.not_run > 0
+    assert full.timing.not_run == 0
+    assert full.score == example_report.score
+    # Early exit drops cells, never kills: every kill it reports, the full matrix has too.
+    for quick, whole in zip(example_report.tests, full.tests, strict=True):
+        assert set(quick.kills) <= set(whole.kills)
+        for variant, outcome in quick.outcomes.items():
+            assert outcome is Outcome.NOT_RUN or outcome is whole.outcomes[variant]
+
+
+def test_a_test_failing_a_wheat_is_not_run_on_the_mutants(tmp_path):
+    body = '''
+from tinyllm.rnn.gru import GRU
+
+
+def test_insists_on_one_error_message():
+    try:
+        GRU(0, 4)
+    except ValueError as exc:
+        assert str(exc) == "d_in must be a positive int, got 0"
+'''
+    variants = build_variants(LAYOUT)
+    limits = RunLimits(test_timeout=10.0, sandbox="auto")
+    matrix = run_matrix(layout=LAYOUT, tests_dir=_suite(tmp_path, body), variants=variants, limits=limits)
+    [test_id] = matrix.test_ids
+    wheat_outcomes = {v.id: matrix.outcome(test_id, v.id) for v in variants if v.kind.value == "wheat"}
+    if all(o is Outcome.PASSED for o in wheat_outcomes.values()):
+        pytest.fail(f"the test was meant to reject a wheat's wording; it passed on all of them: {wheat_outcomes}")
+    for variant in (v for v in variants if v.kind.value == "mutant"):
+        [cell] = [r for r in matrix.first[variant.id].results if r.test_id == test_id]
+        assert cell.outcome is Outcome.NOT_RUN
+        assert cell.message in ("not run: brittle (fails on a correct implementation)", "not run: wrong on the reference")
