@@ -11,15 +11,22 @@ export MKL_NUM_THREADS := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Re-installs whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# Each re-installs whenever pyproject.toml changes. The demo needs only the core (the grader
+# and tinyllm: no torch, no service); the tests need every extra.
+$(VENV)/.installed-core: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.installed-core
 	$(BIN)/python -m pip install --quiet -e '.[torch,dev,service]'
 	touch $@
 
 venv: $(VENV)/.installed
 
-demo: venv
+# As root it sets the sandbox up first; elsewhere the demo says so and runs its trusted
+# example with no sandbox.
+demo: $(VENV)/.installed-core sandbox
 	$(BIN)/mutagrade demo
 
 # The system services the service's tests run for real (PostgreSQL, Chromium, Redis).
@@ -28,7 +35,7 @@ system:
 
 # The sandbox student code runs in: bubblewrap, libseccomp, the mutagrade-sandbox-N users.
 # Needs root (CI runs as root); idempotent. Without it untrusted grading refuses to start.
-sandbox: venv
+sandbox: $(VENV)/.installed-core
 	bash scripts/setup-sandbox.sh $(BIN)/python
 
 test: venv system sandbox

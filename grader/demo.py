@@ -4,6 +4,7 @@ bundled student suite graded by mutation."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -15,8 +16,26 @@ from grader.models import Outcome, WorkerRun
 from grader.paths import Layout
 from grader.report import render
 from grader.runner import RunLimits, run_suites
+from grader.sandbox import SETUP_SCRIPT, SandboxMode, SandboxStatus, sandbox_status
 
-__all__ = ["hand_example", "run_demo"]
+__all__ = ["demo_sandbox", "hand_example", "run_demo"]
+
+
+def demo_sandbox(status: SandboxStatus) -> tuple[SandboxMode, str | None]:
+    """The sandbox the demo runs in, and the line that says why when it is none.
+
+    The demo runs only trusted code (the reference, the course tests, the bundled example), so
+    on a machine whose sandbox is not set up it runs with none rather than refusing; grading
+    untrusted code still refuses there.
+    """
+    missing = status.missing(SandboxMode.AUTO)
+    if not missing:
+        return SandboxMode.AUTO, None
+    names = ", ".join(s.layer.value for s in missing)
+    return SandboxMode.NONE, (
+        f"sandbox: not set up here (missing {names}): the demo runs its bundled, trusted example "
+        f"with --sandbox none; grading untrusted code refuses until root runs {SETUP_SCRIPT}"
+    )
 
 
 def hand_example(layout: Layout) -> tuple[float, float]:
@@ -42,13 +61,17 @@ def hand_example(layout: Layout) -> tuple[float, float]:
 def run_demo(layout: Layout) -> int:
     """The course tests on the reference, the hand example, then the bundled student's suite
     graded by mutation; 0 if the course tests pass and the example is graded as passing."""
+    mode, why = demo_sandbox(sandbox_status())
+    if why is not None:
+        print(why)
+        print()
     source = layout.gru_source.read_text()
     [run] = run_suites(
         layout=layout,
         tests_dir=layout.course_tests,
         runs=[WorkerRun(variant="reference", source=source)],
         hash_seed=1,
-        limits=RunLimits(conftests=True),  # the course's own tests: their conftest is trusted
+        limits=RunLimits(conftests=True, sandbox=mode),  # the course's own tests: their conftest is trusted
     )
     print(f"Course tests ({layout.course_tests}) on the reference GRU:")
     for result in run.results:
@@ -78,7 +101,8 @@ def run_demo(layout: Layout) -> int:
     )
     print()
     assignment = load_assignment(layout.assignment)
-    journal = verify_journal(journal_path, tests, layout=layout, limits=assignment.run_limits())
-    report = grade_suite(tests, layout=layout, assignment=assignment, journal=journal)
+    limits = replace(assignment.run_limits(), sandbox=mode)
+    journal = verify_journal(journal_path, tests, layout=layout, limits=limits)
+    report = grade_suite(tests, layout=layout, assignment=assignment, journal=journal, sandbox=mode)
     print(render(report, "text"))
     return 0 if ok and report.passed else 1

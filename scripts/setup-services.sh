@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system services the service's tests run for real: a PostgreSQL server, headless
-# Chromium (with a font, so screenshots have text), and Redis (for the Celery queue).
+# Chromium (with a font, so screenshots have text), and Redis (for the Celery queue); and the
+# tools students pack and upload with, which the upload tests run: zip and curl.
 #
 # Idempotent: a package already installed is left alone, and when all are there apt is not
 # touched at all (so `make test` costs nothing on a machine that has them). Quiet when it works;
@@ -8,7 +9,7 @@
 # Needs root (CI runs as root) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(postgresql chromium redis-server fonts-dejavu-core)
+PACKAGES=(postgresql chromium redis-server fonts-dejavu-core zip curl)
 
 installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
@@ -18,7 +19,7 @@ installed() {
 check_binaries() {
     local binary
     for binary in /usr/lib/postgresql/15/bin/initdb /usr/lib/postgresql/15/bin/pg_ctl \
-                  /usr/bin/chromium /usr/bin/redis-server; do
+                  /usr/bin/chromium /usr/bin/redis-server /usr/bin/zip /usr/bin/curl; do
         if [ ! -x "$binary" ]; then
             echo "setup-services: $binary is missing although ${PACKAGES[*]} are installed" >&2
             exit 1

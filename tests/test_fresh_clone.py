@@ -1,0 +1,104 @@
+"""The fresh-machine path the README promises: a new clone of the committed HEAD, where
+``make demo`` sets everything up itself, as a user with nothing set up (the sandbox cannot
+be, so the demo says so and runs its trusted example with none) and as root (who sets the
+sandbox up first). What is not committed is not in the clone, so this checks what lands."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grader.paths import default_layout
+
+REPO = default_layout().root
+DEMO_USER = "mutagrade-demo"  # an ordinary user with a home, made for this test
+PLAIN_PATH = "/usr/local/bin:/usr/bin:/bin"
+GRADED = ("10 passed, 0 failed", "h′ = 0.25 × n + 0.75 × 0.5 = 0.533787", "VERDICT: PASSED", "killed (12/12)")
+NO_SANDBOX = "sandbox: not set up here"
+
+
+def _demo_user() -> pwd.struct_passwd:
+    """The unprivileged user the demo runs as: created (with a home) when missing."""
+    try:
+        return pwd.getpwnam(DEMO_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--create-home", "--shell", "/bin/bash", "--comment", "mutagrade fresh-clone test", DEMO_USER],
+            check=True, capture_output=True, env={**os.environ, "PATH": f"{PLAIN_PATH}:/usr/sbin:/sbin"},
+        )
+        return pwd.getpwnam(DEMO_USER)
+
+
+def _clone(dest: Path) -> Path:
+    # --no-local: a real transport, and no object files hard-linked with this checkout's.
+    subprocess.run(["git", "clone", "--quiet", "--no-local", str(REPO), str(dest)], check=True, capture_output=True)
+    return dest
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A folder outside pytest's own (which only its owner may enter); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="mutagrade-fresh-clone-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _as_user(user: pwd.struct_passwd | None) -> dict:
+    """How to run a command as ``user`` (None: as this process), in a fresh login's bare
+    environment: none of this run's own (no venv, no PYTHONPATH, no make of its own)."""
+    me = user or pwd.getpwuid(os.getuid())
+    env = {"HOME": me.pw_dir, "PATH": PLAIN_PATH, "LANG": "C.UTF-8", "USER": me.pw_name, "LOGNAME": me.pw_name}
+    how: dict = {"env": env}
+    if user is not None:
+        how.update(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+    return how
+
+
+def _run(argv: list[str], clone: Path, how: dict, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=clone, capture_output=True, text=True, timeout=timeout, **how)
+
+
+def test_make_demo_on_a_fresh_clone_as_an_unprivileged_user(workdir):
+    user = _demo_user() if os.geteuid() == 0 else None
+    clone = _clone(workdir / "clone")
+    if user is not None:
+        subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(workdir)], check=True)
+    how = _as_user(user)
+
+    demo = _run(["make", "demo"], clone, how, timeout=600)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    for text in GRADED:
+        assert text in demo.stdout, demo.stdout[-3000:]
+    [line] = [line for line in demo.stdout.splitlines() if line.startswith(NO_SANDBOX)]
+    assert "--sandbox none" in line
+    # The demo's install is the light one: no torch.
+    assert _run([".venv/bin/python", "-c", "import torch"], clone, how, timeout=60).returncode != 0
+
+    # Untrusted grading still refuses here.
+    grade = _run([".venv/bin/mutagrade", "grade", "examples/student/python/tests/l3-3-gru"], clone, how, timeout=120)
+    assert grade.returncode == 2 and "sandbox mode auto needs layer(s)" in grade.stderr, grade.stderr
+
+    # tinyllm comes with the install: the course tests run in the venv with no PYTHONPATH.
+    course = _run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "reference/tests"], clone, how, timeout=300)
+    assert course.returncode == 0, course.stdout[-3000:]
+    assert course.stdout.splitlines()[-1].startswith("10 passed"), course.stdout[-500:]
+
+
+def test_make_demo_on_a_fresh_clone_as_root_sets_the_sandbox_up_first(workdir):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (CI runs as root): make demo then sets the sandbox up")
+    clone = _clone(workdir / "clone")
+    demo = _run(["make", "demo"], clone, _as_user(None), timeout=600)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert "setup-sandbox:" in demo.stdout and "mode auto: ready" in demo.stdout, demo.stdout[:3000]
+    for text in GRADED:
+        assert text in demo.stdout, demo.stdout[-3000:]
+    assert NO_SANDBOX not in demo.stdout
