@@ -174,7 +174,9 @@ def requeue_running(session: Session, *, worker_prefix: str | None = None) -> in
 
 
 def regrade(session: Session, *, submission: Submission) -> Submission:
+    """Queue ``submission`` again, to be graded with the full kill matrix."""
     submission.status = "queued"
+    submission.full_matrix = True
     submission.claimed_by = None
     submission.report_json = None
     submission.passed = None

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    false,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
@@ -64,6 +65,8 @@ class Submission(Base):
     kill_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
     report_json: Mapped[str | None] = mapped_column(Text, nullable=True)  # staff view of the report
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Run every valid test on every mutant (a staff regrade), not only up to each mutant's first kill.
+    full_matrix: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     user: Mapped[User] = relationship(back_populates="submissions")
 

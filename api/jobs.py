@@ -59,6 +59,7 @@ def grade_submission(submission: Submission, *, settings: Settings, make_session
                 audience="staff",
                 jobs=settings.grade_jobs,
                 submission=f"submission {submission.id} ({submission.archive_name})",
+                full_matrix=bool(submission.full_matrix),
             )
     except (ArchiveError, GradingInputError, JournalFormatError) as exc:
         with make_session() as session:

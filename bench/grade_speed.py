@@ -4,9 +4,15 @@ The baseline is what one would write first: one fresh ``python -m pytest`` proce
 variant run (the reference twice, every wheat, every mutant), each on an exported copy of the
 variant. Both grade the bundled example's tests. Several rounds alternate the two; the medians
 and their ratio are printed, with the per-variant overhead of mutagrade (wall time per suite
-run minus the time spent inside the tests).
+run minus the time spent inside the tests). Beside them, in the same run:
 
-    .venv/bin/python bench/grade_speed.py [--rounds 5]
+* a suite of one test that spins forever, and the bundled suite with one more test that spins
+  on a single mutant only (a time-out kill): what a broken suite costs;
+* ``mutmut run`` (mutmut 3) on the same reference ``gru.py`` with the same suite: its time per
+  mutant, beside mutagrade's time per variant run (``--skip-mutmut`` leaves it out);
+* ``mutagrade grade-batch`` of N copies of the bundled suite against N separate ``grade`` runs.
+
+    .venv/bin/python bench/grade_speed.py [--rounds 5] [--batch 20] [--skip-mutmut]
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,17 +40,34 @@ TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
 # unfairly: both sides load only pytest's own.
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
+SPIN = "def test_spins():\n    n = 0\n    while True:\n        n += 1\n"
+# Spins on one mutant only (its hand-example value), passes everywhere else. Named to be
+# collected first, so the mutant's run meets it before the tests that would kill it at once.
+SPIN_ON_ONE = '''
+import math
+import numpy as np
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import gru_cell
 
-def mutagrade_once() -> tuple[float, dict]:
+
+def test_a_waits_while_the_answer_is_{mutant}s():
+    w = [Tensor(a, dtype=np.float64) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])]
+    value = float(gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64), *w).data[0, 0])
+    while abs(value - {value!r}) < 1e-12:
+        pass
+'''
+
+
+def grade_once(tests: Path, *extra: str) -> tuple[float, dict]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "grader.cli", "grade", str(TESTS), "--format", "json"],
+        [sys.executable, "-m", "grader.cli", "grade", str(tests), "--format", "json", *extra],
         capture_output=True, text=True, env=ENV, cwd=ROOT,
     )
     wall = time.perf_counter() - started
-    if done.returncode != 0:
+    if done.returncode not in (0, 1):
         raise SystemExit(f"mutagrade grade failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return wall, json.loads(done.stdout)["timing"]
+    return wall, json.loads(done.stdout)
 
 
 def baseline_once(exports: list[Path]) -> float:
@@ -55,29 +80,110 @@ def baseline_once(exports: list[Path]) -> float:
     return time.perf_counter() - started
 
 
+def _hand_value(source: str) -> float:
+    """The hand example's h' under a variant, computed in this process (trusted code)."""
+    import math
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "reference"))
+    from tinyllm.autograd.tensor import Tensor
+
+    module = types.ModuleType("bench_variant")
+    module.__package__ = "tinyllm.rnn"
+    exec(compile(source, "gru.py", "exec"), module.__dict__)  # noqa: S102 - a shipped variant
+    w = [Tensor(a, dtype=np.float64) for a in ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])]
+    return float(module.gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64), *w).data[0, 0])
+
+
+def hostile_suites(tmp: Path, variants) -> tuple[Path, Path, str]:
+    spin = tmp / "spin"
+    spin.mkdir()
+    (spin / "test_spin.py").write_text(SPIN)
+    mutant = next(v for v in variants if v.id == "s03")
+    one = tmp / "one-timeout"
+    shutil.copytree(TESTS, one)
+    (one / "test_a_waits.py").write_text(SPIN_ON_ONE.format(mutant=mutant.id, value=_hand_value(mutant.source)))
+    return spin, one, mutant.id
+
+
+def mutmut_per_mutant() -> tuple[float, int, float]:
+    from grader.automutants import run_auto_mutants
+
+    pool = run_auto_mutants(default_layout(), tests=TESTS, max_children=2)
+    return pool.run_s, pool.total, pool.run_s / max(1, pool.total)
+
+
+def batch_versus_single(tmp: Path, copies: int) -> tuple[float, float]:
+    submissions = tmp / "batch"
+    for n in range(copies):
+        shutil.copytree(TESTS, submissions / f"student{n:02d}")
+    started = time.perf_counter()
+    for n in range(copies):
+        grade_once(submissions / f"student{n:02d}")
+    singles = time.perf_counter() - started
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "grader.cli", "grade-batch", str(submissions), "--output", str(tmp / "grades.csv")],
+        capture_output=True, text=True, env=ENV, cwd=ROOT,
+    )
+    batch = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"grade-batch failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return singles, batch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=20, help="copies of the suite for grade-batch (0: skip)")
+    parser.add_argument("--skip-mutmut", action="store_true")
     args = parser.parse_args()
     layout = default_layout()
     variants = build_variants(layout)
-    with tempfile.TemporaryDirectory() as tmp:
-        exports = [export_variant(layout, v, Path(tmp) / v.id) for v in variants]
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        exports = [export_variant(layout, v, tmp / "exports" / v.id) for v in variants]
         reference = next(e for e, v in zip(exports, variants) if v.kind is VariantKind.REFERENCE)
         exports.insert(0, reference)  # the reference runs twice, as in grading
-        fast, slow, overhead = [], [], []
+        fast, slow, overhead, runs = [], [], [], []
         for _ in range(args.rounds):
-            wall, timing = mutagrade_once()
+            wall, report = grade_once(TESTS)
+            timing = report["timing"]
             fast.append(wall)
+            runs.append(timing["runs"])
             overhead.append((wall - timing["tests_s"]) / timing["runs"] * 1000)
             slow.append(baseline_once(exports))
+        spin, one, mutant = hostile_suites(tmp, variants)
+        spin_wall, spin_report = grade_once(spin)
+        one_wall, one_report = grade_once(one)
+        killed_by_timeout = any(t["outcomes"].get(mutant) == "timeout" for t in one_report["tests"])
+        mutmut = None if args.skip_mutmut else mutmut_per_mutant()
+        batch = batch_versus_single(tmp, args.batch) if args.batch else None
     mg, base = statistics.median(fast), statistics.median(slow)
     print(f"variants: {len(variants)} ({sum(v.kind is VariantKind.MUTANT for v in variants)} mutants); "
-          f"baseline runs per round: {len(exports)}; rounds: {args.rounds}; cores: {os.cpu_count()}")
-    print(f"mutagrade grade (whole process)   median {mg:.3f} s   all {[round(x, 3) for x in fast]}")
+          f"baseline runs per round: {len(exports)}; rounds: {args.rounds}; cores: {os.cpu_count()}; "
+          f"load average at start: {load:.2f}")
+    print(f"mutagrade grade (whole process)   median {mg:.3f} s   all {[round(x, 3) for x in fast]}   "
+          f"suite runs {statistics.median(runs):g}")
     print(f"baseline (pytest per variant)     median {base:.3f} s   all {[round(x, 3) for x in slow]}")
     print(f"speedup_vs_subprocess             {base / mg:.1f}x")
     print(f"per_variant_overhead_ms           {statistics.median(overhead):.1f}")
+    print(f"one spinning test                 {spin_wall:.2f} s   ({spin_wall / mg:.1f}x the bundled suite; "
+          f"{spin_report['timing']['runs']} suite runs)")
+    print(f"bundled + a time-out on {mutant}     {one_wall:.2f} s   ({one_wall / mg:.1f}x the bundled suite; "
+          f"killed by the time-out: {'yes' if killed_by_timeout else 'NO'})")
+    if mutmut is not None:
+        run_s, total, per = mutmut
+        per_variant = mg / statistics.median(runs)
+        print(f"mutmut run, same gru.py and suite {run_s:.1f} s for {total} mutants: {per * 1000:.0f} ms per mutant; "
+              f"mutagrade {per_variant * 1000:.0f} ms per variant run ({per / per_variant:.1f}x less)")
+    if batch is not None:
+        singles, together = batch
+        print(f"grade-batch of {args.batch}                  {together:.2f} s = {args.batch / together:.2f} suites/s; "
+              f"{args.batch} separate grade runs {singles:.2f} s = {args.batch / singles:.2f} suites/s; "
+              f"batch_throughput_ratio {singles / together:.2f}x")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ class AutoPool(BaseModel):
     total: int
     max_children: int
     duration_s: float
+    run_s: float = 0.0  # of duration_s, the `mutmut run` itself (0.0 in pools made before it was kept)
     survivor_diffs: dict[str, str] = {}  # survivor -> unified diff, for staff review
 
     @model_validator(mode="after")
@@ -143,6 +144,7 @@ def run_auto_mutants(
     max_children: int = 2,
     functions: Sequence[str] = (),
     timeout_s: float = 1800.0,
+    tests: Path | None = None,
 ) -> AutoPool:
     """Stage the reference and the course tests, run mutmut on ``gru.py``, and collect the pool.
 
@@ -154,6 +156,8 @@ def run_auto_mutants(
         functions: only mutate these functions of ``gru.py`` (see :func:`mutant_pattern`);
             all of them when empty.
         timeout_s: wall-clock limit of the whole mutmut run.
+        tests: the suite to kill them with (a folder of test files); the course tests when
+            omitted (bench/grade_speed.py times mutmut on the bundled student's suite).
 
     Returns:
         The pool, with the diff of every survivor.
@@ -170,7 +174,8 @@ def run_auto_mutants(
     if isinstance(functions, str):
         raise ValueError(f"functions must be a sequence of names, got the string {functions!r}")
     patterns = [mutant_pattern(layout, function) for function in functions]
-    for path in (layout.gru_source, layout.course_tests, layout.goldens):
+    tests = Path(tests) if tests is not None else layout.course_tests
+    for path in (layout.gru_source, tests, layout.goldens):
         if not path.exists():
             raise FileNotFoundError(f"{path} must exist to make the automatic mutants, got nothing")
     version = _mutmut_version()
@@ -178,13 +183,13 @@ def run_auto_mutants(
     selection = list(functions)
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="mutagrade-mutmut-") as tmp:
-            return _run_in(layout, Path(tmp), version, max_children, selection, patterns, timeout_s)
+            return _run_in(layout, Path(tmp), version, max_children, selection, patterns, timeout_s, tests)
     workdir = Path(workdir)
     if workdir.exists() and any(workdir.iterdir()):
         # mutmut resumes from whatever mutants/ it finds, so a used folder would give stale results.
         raise ValueError(f"workdir must be empty or missing, got {workdir} with files in it")
     workdir.mkdir(parents=True, exist_ok=True)
-    return _run_in(layout, workdir, version, max_children, selection, patterns, timeout_s)
+    return _run_in(layout, workdir, version, max_children, selection, patterns, timeout_s, tests)
 
 
 def write_pool(layout: Layout, pool: AutoPool) -> Path:
@@ -230,12 +235,12 @@ def _mutmut_version() -> str:
     return version
 
 
-def _stage(layout: Layout, stage: Path) -> tuple[str, str]:
+def _stage(layout: Layout, stage: Path, tests: Path) -> tuple[str, str]:
     """Lay out the src-style project mutmut expects; the staged gru.py's path and sha256."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
     package = layout.gru_source.relative_to(layout.reference).parts[0]
     shutil.copytree(layout.reference / package, stage / "src" / package, ignore=ignore)
-    shutil.copytree(layout.course_tests, stage / "tests", ignore=ignore)
+    shutil.copytree(tests, stage / "tests", ignore=ignore)
 
     # Read gru.py once and write those very bytes, so the hash names what was mutated even if
     # the checkout's file changes during the copy.
@@ -316,15 +321,17 @@ def _run_in(
     functions: list[str],
     patterns: list[str],
     timeout_s: float,
+    tests: Path,
 ) -> AutoPool:
     started = time.monotonic()
-    relative, digest = _stage(layout, stage)
+    relative, digest = _stage(layout, stage, tests)
     env = _env(layout)
 
     code, out, err = _mutmut(
         ["run", "--max-children", str(max_children), *patterns],
         cwd=stage, env=env, timeout_s=timeout_s,
     )
+    run_s = round(time.monotonic() - started, 2)
     output = out + err
     (stage / "mutmut-run.log").write_text(output, encoding="utf-8")
     if code != 0:
@@ -367,6 +374,7 @@ def _run_in(
         total=len(names),
         max_children=max_children,
         duration_s=round(time.monotonic() - started, 1),
+        run_s=run_s,
         survivor_diffs=diffs,
     )
 

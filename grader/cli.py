@@ -16,11 +16,9 @@ from typing import Sequence
 
 from grader import __version__
 from grader.paths import Layout, default_layout
-from grader.assignment import AssignmentError
-from grader.grading import GradingInputError
-from grader.journal import JournalFormatError
-from grader.sandbox import SandboxError
-from grader.variants import ManifestError, VariantKind, build_variants, export_variant
+
+# The rest of the grader (pydantic, numpy, ...) is imported by the command that needs it:
+# `grade` starts its workers first, so they warm up while those imports happen.
 
 __all__ = ["main"]
 
@@ -33,6 +31,8 @@ class UsageError(Exception):
 
 # ---------------------------------------------------------------------- commands
 def _cmd_variants_list(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.variants import build_variants
+
     variants = build_variants(layout)
     rows = [("id", "kind", "required", "hidden", "title")]
     rows += [
@@ -46,6 +46,8 @@ def _cmd_variants_list(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_variants_show(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.variants import build_variants
+
     by_id = {v.id: v for v in build_variants(layout)}
     if args.id not in by_id:
         raise UsageError(f"variant {args.id!r}: no such variant; expected one of {', '.join(by_id)}")
@@ -64,6 +66,8 @@ def _cmd_variants_export(args: argparse.Namespace, layout: Layout) -> int:
     dest = Path(args.dir)
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest}: expected a directory to export into, found a file")
+    from grader.variants import build_variants, export_variant
+
     variants = build_variants(layout)
     for variant in variants:
         export_variant(layout, variant, dest / variant.id)
@@ -100,6 +104,7 @@ def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
         device_in_use, golden_deviations, golden_throughput, live_deviations, load_goldens, load_implementation,
         torch_available,
     )
+    from grader.variants import VariantKind, build_variants
 
     goldens = load_goldens(layout.goldens)
     live = torch_available() and not args.no_live
@@ -179,7 +184,31 @@ def _assignment(args: argparse.Namespace, layout: Layout):
     return load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
 
 
+def _launch_early(args: argparse.Namespace, layout: Layout):
+    """Start the grading's workers now, before the heavy imports and the policy check, or
+    None when that cannot be done here (the grading then says why, in its own words)."""
+    from grader.launch import launch_grading
+    from grader.sandbox import SandboxError
+
+    tests = Path(args.tests_dir)
+    if not tests.is_dir():
+        return None
+    try:
+        return launch_grading(layout=layout, tests_dir=tests, mode=args.sandbox)
+    except (SandboxError, OSError, ValueError):
+        return None
+
+
 def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
+    launched = _launch_early(args, layout)
+    try:
+        return _grade_with(args, layout, launched)
+    finally:
+        if launched is not None:
+            launched.close()
+
+
+def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
     from grader.grading import grade_suite
     from grader.journal import verify_journal
     from grader.report import render
@@ -200,6 +229,7 @@ def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
         jobs=args.jobs,
         sandbox=args.sandbox,
         full_matrix=args.full_matrix,
+        launched=launched,
     )
     text = render(report, args.format)
     if args.output:
@@ -508,17 +538,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = Layout(args.root.resolve()) if args.root else default_layout()
     try:
         return args.run(args, layout)
-    except (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError, SandboxError) as exc:
-        print(f"mutagrade: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (``| head``): nothing left to say
         return EXIT_OK
-    except Exception:  # noqa: BLE001 - the last line of defence: say so, exit 3
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: say so, exit 3
+        if isinstance(exc, _input_errors()):
+            print(f"mutagrade: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         traceback.print_exc()
         print("mutagrade: internal error (see the traceback above)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    """The errors that mean bad input (exit 2), imported only when something went wrong."""
+    from grader.assignment import AssignmentError
+    from grader.grading import GradingInputError
+    from grader.journal import JournalFormatError
+    from grader.sandbox import SandboxError
+    from grader.variants import ManifestError
+
+    return (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError, SandboxError)
 
 
 if __name__ == "__main__":

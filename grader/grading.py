@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.assignment import Assignment
+from grader.launch import Launched
 from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
 from grader.policy import check_suite
@@ -50,6 +51,7 @@ def grade_suite(
     submission: str | None = None,
     sandbox: SandboxMode | str = SandboxMode.AUTO,
     full_matrix: bool = False,
+    launched: Launched | None = None,
 ) -> Report:
     """Grade the test suite in ``tests_dir``.
 
@@ -67,6 +69,8 @@ def grade_suite(
             trusted code, or a student's suite on the student's own machine).
         full_matrix: run every valid test on every mutant (staff regrades) instead of
             stopping each mutant's run at its first kill.
+        launched: the grading's two workers, started ahead for ``tests_dir`` under ``sandbox``
+            (:func:`grader.launch.launch_grading`); taken over and closed here, whatever happens.
 
     Returns:
         The report. A policy violation gives a report with ``policy.ok`` false and nothing run.
@@ -78,9 +82,26 @@ def grade_suite(
             before anything is read or run).
     """
     started = time.monotonic()
+    try:
+        return _grade(tests_dir, layout=layout, assignment=assignment, policy=policy, journal=journal,
+                      audience=audience, jobs=jobs, submission=submission, sandbox=sandbox,
+                      full_matrix=full_matrix, launched=launched, started=started)
+    finally:
+        if launched is not None:
+            launched.close()  # a no-op when the run took them over and closed them already
+
+
+def _grade(
+    tests_dir: Path, *, layout: Layout, assignment: Assignment, policy: bool, journal: JournalSummary | None,
+    audience: str, jobs: int | None, submission: str | None, sandbox: SandboxMode | str, full_matrix: bool,
+    launched: Launched | None, started: float,
+) -> Report:
     mode = SandboxMode(sandbox)
     check_mode(mode)
     tests_dir = _check_dir(Path(tests_dir))
+    if launched is not None and (launched.tests_dir != tests_dir or launched.mode is not mode):
+        raise ValueError(f"the workers were started for {launched.tests_dir} ({launched.mode.value}), "
+                         f"not for {tests_dir} ({mode.value})")
     name = submission or str(tests_dir)
     variants = build_variants(layout)
     if policy:
@@ -111,7 +132,7 @@ def grade_suite(
         )
     limits = replace(assignment.run_limits(jobs), sandbox=mode)
     matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                        full_matrix=full_matrix)
+                        full_matrix=full_matrix, launched=launched)
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(
         total_s=round(time.monotonic() - started, 3),

@@ -76,6 +76,7 @@ class SuiteRun(BaseModel):
     cpu_s: float = 0.0  # CPU seconds the run's child used (user and system)
     stopped_early: bool = False  # stopped after its first test that did not pass, as asked
     budget_exceeded: str = ""  # the test running when the grading budget ran out
+    phases: dict[str, float] = {}  # seconds: "setup" (lock-down, the variant), "collect", "run"
 
     def outcome(self, test_id: str) -> Outcome:
         """The outcome of ``test_id`` in this run (MISSING if it never reported)."""

@@ -23,21 +23,19 @@ import json
 import os
 import queue
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 from grader.models import Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.paths import Layout
-from grader.sandbox import SandboxLimits, SandboxMode, start_worker
+from grader.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched, launch_worker
+from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode
 from grader.variants import Variant, VariantKind
 from grader.wire import JobSettings, RunHeader, encode_frame
 
 __all__ = ["BudgetStop", "Matrix", "RunLimits", "WorkerProcess", "run_matrix", "run_suites"]
 
-FIRST_HASH_SEED = 1
-SECOND_HASH_SEED = 2
 _STDERR_TAIL = 64 * 1024
 _SILENCE_SLACK = 30.0  # seconds past a run's own limit before a silent worker is given up
 
@@ -68,30 +66,6 @@ class RunLimits:
     conftests: bool = False  # load the tests' conftest.py (the course's own tests only)
 
 
-def _worker_env(hash_seed: int, layout: Layout) -> dict[str, str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONHASHSEED": str(hash_seed),
-        # Only pytest's own plugins: a plugin installed beside the grader (hypothesis,
-        # schemathesis, ...) would cost start-up time and could change how tests run.
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "LANG": "C.UTF-8",
-    }
-    # OpenBLAS needs these on some processors to compute right; keep them if set.
-    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    # The course tests find the goldens beside themselves; a sandbox may run them from a copy.
-    if layout.goldens.is_file():
-        env["MUTAGRADE_GOLDENS"] = str(layout.goldens)
-    return env
-
-
 @dataclass(frozen=True)
 class _Result:
     worker: WorkerProcess
@@ -111,6 +85,8 @@ class WorkerProcess:
         results: where results go, as ``_Result`` items (several workers may share one).
         hide_source: hide the package's own ``rnn/gru.py`` from the runs (when grading
             variants of the reference: a run then has nothing to compare its variant with).
+        started: the worker, already started by :func:`grader.launch.launch_worker` (for
+            these tests and this hash seed); started here when None.
 
     Raises:
         SandboxUnavailable: if ``limits.sandbox`` needs a layer this machine lacks.
@@ -126,21 +102,16 @@ class WorkerProcess:
         limits: RunLimits,
         results: queue.Queue[_Result] | None = None,
         hide_source: bool = False,
+        started: SandboxedWorker | None = None,
     ) -> None:
         self.layout = layout
         self.tests_dir = tests_dir.resolve()
         self.hash_seed = hash_seed
         self.limits = limits
         self.results: queue.Queue[_Result] = results if results is not None else queue.Queue()
-        fixtures = [layout.goldens.parent] if layout.goldens.is_file() else []
-        self.sandbox = start_worker(
-            mode=limits.sandbox,
-            tests_dir=self.tests_dir,
-            package_dir=layout.package_dir,
-            readonly=fixtures,
-            env=_worker_env(hash_seed, layout),
-            limits=limits.sandbox_limits,
-            hidden=[layout.gru_source] if hide_source else (),
+        self.sandbox = started or launch_worker(
+            layout=layout, tests_dir=self.tests_dir, hash_seed=hash_seed, mode=limits.sandbox,
+            limits=limits.sandbox_limits, hide_source=hide_source,
         )
         self.process = self.sandbox.process
         self._lock = threading.Lock()
@@ -448,7 +419,7 @@ class _MatrixRun:
     """The staged protocol of :func:`run_matrix`, over two workers sharing one result queue."""
 
     def __init__(self, *, layout: Layout, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
-                 full_matrix: bool) -> None:
+                 full_matrix: bool, launched: Launched | None) -> None:
         self.variants = {v.id: v for v in variants}
         self.limits = limits
         self.full_matrix = full_matrix
@@ -463,14 +434,20 @@ class _MatrixRun:
         self.valid: list[str] = []  # ... and on every wheat: the tests the mutants are run with
         # Two workers under two hash seeds: the second runs the reference only, alongside the
         # first, so that a test whose result depends on the hash seed shows up as flaky.
-        self.seed_two = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED,
-                                      limits=replace(limits, jobs=1), results=self.results,
-                                      hide_source=True)
         try:
-            self.seed_one = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=FIRST_HASH_SEED,
-                                          limits=limits, results=self.results, hide_source=True)
+            self.seed_two = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED,
+                                          limits=replace(limits, jobs=1), results=self.results, hide_source=True,
+                                          started=launched.seed_two if launched else None)
+            try:
+                self.seed_one = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=FIRST_HASH_SEED,
+                                              limits=limits, results=self.results, hide_source=True,
+                                              started=launched.seed_one if launched else None)
+            except BaseException:
+                self.seed_two.close()  # its sandbox user and copy are freed when the other cannot start
+                raise
         except BaseException:
-            self.seed_two.close()  # its sandbox user and copy are freed when the other cannot start
+            if launched is not None:
+                launched.close()
             raise
 
     def close(self) -> None:
@@ -629,6 +606,7 @@ def run_matrix(
     variants: Sequence[Variant],
     limits: RunLimits,
     full_matrix: bool = False,
+    launched: Launched | None = None,
 ) -> Matrix:
     """Run the suite against the reference (under two hash seeds), then the wheats, then the
     mutants, each stage only with the tests still worth running (see the module's docstring).
@@ -636,6 +614,8 @@ def run_matrix(
     Args:
         full_matrix: run every valid test on every mutant, instead of stopping each mutant's
             run at its first kill (staff regrades, calibration).
+        launched: the two workers, already started for ``tests_dir`` (see
+            :mod:`grader.launch`); started here when None. Closed either way.
 
     Returns:
         The Matrix: ``first`` holds every variant's run (cells not run are NOT_RUN, with the
@@ -643,7 +623,7 @@ def run_matrix(
         confirming run (when a kill needed one); ``budget_stop`` where the budget ran out.
     """
     matrix_run = _MatrixRun(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                            full_matrix=full_matrix)
+                            full_matrix=full_matrix, launched=launched)
     try:
         return matrix_run.run()
     finally:

@@ -253,6 +253,7 @@ class _Session:
     def run_in_child(self, run: RunHeader, fd: int, token: bytes, tmp: str, hardening: ChildHardening, ready: int) -> None:
         """In the forked child: take its source from stdin, lock down, run the suite against
         it, report, and exit."""
+        clock = [time.perf_counter()]
         os.setpgid(0, 0)
         source = read_exact(0, run.source_bytes)
         os.write(ready, b"1")  # the worker may read stdin again: the source is ours
@@ -290,9 +291,11 @@ class _Session:
             reporter.send(done=True)
             os._exit(0)
         del source
+        clock.append(time.perf_counter())
         hook = self.config.hook
         try:
             hook.pytest_collection(session=self.session)
+            clock.append(time.perf_counter())
             hook.pytest_runtestloop(session=self.session)
         except self.session.Interrupted:
             reporter.send(stopped=True)
@@ -300,6 +303,9 @@ class _Session:
             reporter.send(budget_exceeded="(collecting the tests)")
         except BaseException as exc:  # noqa: BLE001 - pytest.exit(), SystemExit outside a test, ...
             reporter.send(collect_error=f"the run stopped early: {exc!r}"[:_MESSAGE_CAP])
+        clock.append(time.perf_counter())
+        # Where the run's time went: lock-down and installing the variant, collecting, running.
+        reporter.send(phases=dict(zip(("setup", "collect", "run"), (round(b - a, 6) for a, b in zip(clock, clock[1:])))))
         reporter.send(done=True)
         os._exit(0)
 
@@ -407,6 +413,7 @@ def _judge(job: JobSettings, child: _Running, status: int, cpu: float) -> dict[s
     errors: list[str] = []
     done = stopped = tampered = False
     budget = ""
+    phases: dict[str, float] = {}
     for line in bytes(child.buffer).splitlines():
         if not line.startswith(child.token):
             # Not this child's reporter: a test wrote to the pipe. Stop believing the run here.
@@ -434,6 +441,8 @@ def _judge(job: JobSettings, child: _Running, status: int, cpu: float) -> dict[s
             budget = str(event["budget_exceeded"])[:_MESSAGE_CAP] or "(unknown)"
         elif event.get("stopped") is True:
             stopped = True
+        elif isinstance(event.get("phases"), dict):
+            phases = {str(k): float(v) for k, v in event["phases"].items() if isinstance(v, (int, float))}
         elif event.get("done") is True:
             done = True
     crashed = ""
@@ -467,6 +476,7 @@ def _judge(job: JobSettings, child: _Running, status: int, cpu: float) -> dict[s
         "cpu_s": round(cpu, 3),
         "stopped_early": stopped,
         "budget_exceeded": budget,
+        "phases": phases,
     }
 
 

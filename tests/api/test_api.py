@@ -46,6 +46,17 @@ def test_a_submission_is_graded_with_the_right_score_and_every_report(server):
     assert "s04" in staff_view["report"]["variants"]
 
 
+def test_a_staff_regrade_runs_the_full_kill_matrix(server):
+    alice, prof = server.client("alice"), server.client("prof", "staff")
+    created = post(alice, example_archive()).json()
+    first = wait_done(prof, created["id"])
+    assert first["status"] == "done" and first["report"]["timing"]["not_run"] > 0  # each mutant stops at its first kill
+    assert prof.post(f"/v1/submissions/{created['id']}/regrade").status_code == 202
+    again = wait_done(prof, created["id"])
+    assert again["status"] == "done" and again["report"]["timing"]["not_run"] == 0
+    assert again["report"]["score"] == first["report"]["score"]
+
+
 def test_a_weak_suite_is_graded_as_not_passed(server):
     alice = server.client("alice")
     body = wait_done(alice, post(alice, tar_gz(WEAK)).json()["id"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.assignment import Assignment, Limits, load_assignment
+from grader.assignment import load_assignment
 from grader.grading import grade_suite
 from grader.models import Outcome, TestStatus
 from grader.paths import default_layout

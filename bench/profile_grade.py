@@ -1,0 +1,129 @@
+"""Where one ``mutagrade grade`` of the bundled suite spends its time, part by part.
+
+Each part is measured on its own, in this one run:
+
+* the command's start-up: importing the command line, then the grading path (``-X importtime``);
+* a worker's start-up: its imports, then pytest's configuration and the one-time assert
+  rewriting (cProfile of :func:`grader.worker._prepare`, the top entries printed);
+* each child's phases in a real grading (lock-down and installing the variant, collecting the
+  test files, running them, and of that the tests' own time), from the runs' own reports;
+* confirmation runs, and rendering the report in every format.
+
+    .venv/bin/python bench/profile_grade.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from grader.assignment import load_assignment  # noqa: E402
+from grader.grading import grade_suite  # noqa: E402
+from grader.paths import default_layout  # noqa: E402
+from grader.report import RENDERERS, render  # noqa: E402
+from grader.runner import run_matrix  # noqa: E402
+from grader.variants import build_variants  # noqa: E402
+from grader.wire import JobSettings  # noqa: E402
+
+TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
+
+
+def import_ms(statement: str) -> float:
+    """Median over three fresh interpreters of the cumulative import time of ``statement``'s modules."""
+    times = []
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", statement],
+                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        total = 0
+        for line in done.stderr.splitlines():
+            parts = line.split("|")
+            # Top-level imports only (no leading spaces before the name): their cumulative times add up.
+            if len(parts) == 3 and parts[2].startswith(" ") and not parts[2].startswith("  "):
+                try:
+                    total += int(parts[1])
+                except ValueError:
+                    pass
+        times.append(total / 1000)
+    return statistics.median(times)
+
+
+def interpreter_ms() -> float:
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def worker_setup_profile() -> tuple[float, str]:
+    """cProfile of a worker's one-time set-up, in a fresh interpreter (imports are cold there)."""
+    layout = default_layout()
+    job = JobSettings(reference=str(layout.package_dir), tests=str(TESTS), hash_seed=1)
+    script = (
+        "import cProfile, pstats, io, sys, time, json\n"
+        "from grader.wire import JobSettings\n"
+        f"job = JobSettings.from_message(json.loads({job.to_frame()[4:].decode()!r}))\n"
+        "profile = cProfile.Profile(); started = time.perf_counter(); profile.enable()\n"
+        "import grader.worker as w; w._prepare(job)\n"
+        "profile.disable(); took = time.perf_counter() - started\n"
+        "out = io.StringIO(); pstats.Stats(profile, stream=out).sort_stats('cumulative').print_stats(12)\n"
+        "print(took); print(out.getvalue())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-2000:])
+    took, _, table = done.stdout.partition("\n")
+    return float(took), table
+
+
+def main() -> None:
+    layout = default_layout()
+    assignment = load_assignment(layout.assignment)
+    print(f"cores: {os.cpu_count()}; load average at start: {os.getloadavg()[0]:.2f}")
+    print(f"python -c pass                                {interpreter_ms():7.1f} ms")
+    print(f"import grader.cli (what runs before the workers start)  {import_ms('import grader.cli'):7.1f} ms")
+    print(f"import the grading path (grading, report)     {import_ms('import grader.grading, grader.report'):7.1f} ms")
+    print(f"a worker's imports (pytest, numpy, worker)    "
+          f"{import_ms('import _pytest.config, _pytest.main, _pytest.python, numpy, grader.worker'):7.1f} ms")
+    took, table = worker_setup_profile()
+    print(f"a worker's set-up (_prepare: imports, pytest configured, asserts rewritten)  {took * 1000:7.1f} ms")
+    print("  cProfile, top entries by cumulative time:")
+    print("\n".join("    " + line for line in table.strip().splitlines()[:24]))
+
+    variants = build_variants(layout)
+    started = time.perf_counter()
+    matrix = run_matrix(layout=layout, tests_dir=TESTS, variants=variants, limits=assignment.run_limits())
+    wall = time.perf_counter() - started
+    runs = [*matrix.first.values(), *matrix.second.values()]
+    ran = [r for r in runs if r.phases]
+    phases = {name: [r.phases.get(name, 0.0) * 1000 for r in ran] for name in ("setup", "collect", "run")}
+    tests = [sum(t.duration for t in r.results) * 1000 for r in ran]
+    print(f"run_matrix on the bundled suite: {wall * 1000:.0f} ms wall, {matrix.runs} suite runs "
+          f"({sum(1 for r in runs if r.attempt == 2)} confirmations), {matrix.cpu_s * 1000:.0f} ms CPU")
+    for name, values in phases.items():
+        print(f"  per child, {name:<8} median {statistics.median(values):6.1f} ms   total {sum(values):7.1f} ms")
+    print(f"  per child, of run: the tests themselves  median {statistics.median(tests):6.1f} ms   "
+          f"total {sum(tests):7.1f} ms")
+
+    report = grade_suite(TESTS, layout=layout, assignment=assignment)
+    for fmt in RENDERERS:
+        started = time.perf_counter()
+        for _ in range(20):
+            render(report, fmt)
+        print(f"render {fmt:<11} {(time.perf_counter() - started) / 20 * 1000:6.2f} ms")
+    print(f"whole grading (grade_suite, in this process): {report.timing.total_s * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
