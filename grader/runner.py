@@ -432,6 +432,7 @@ class _MatrixRun:
         self.received = 0
         self.passing: list[str] = []  # passed on the reference (first hash seed)
         self.valid: list[str] = []  # ... and on every wheat: the tests the mutants are run with
+        self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
         # Two workers under two hash seeds: the second runs the reference only, alongside the
         # first, so that a test whose result depends on the hash seed shows up as flaky.
         try:
@@ -503,6 +504,7 @@ class _MatrixRun:
                 passing = [r.test_id for r in run.results if r.outcome is Outcome.PASSED]
                 self.passing = passing
                 limits = _time_limits(run, passing, self.limits)
+                self.time_limits = limits
                 if passing:
                     for wheat in wheats:
                         self._send(self.seed_one, WorkerRun(variant=wheat.id, source=wheat.source,
@@ -548,7 +550,7 @@ class _MatrixRun:
                 # Its only kill did not hold up: carry on with the tests it stopped before.
                 self._send(self.seed_one, WorkerRun(
                     variant=variant.id, source=variant.source, select=rest, attempt=3,
-                    time_limits=None, stop_at_first_kill=not self.full_matrix,
+                    time_limits={t: self.time_limits[t] for t in rest}, stop_at_first_kill=not self.full_matrix,
                 ))
             return
         if run.attempt == 3:  # a continuation of the first run
@@ -558,8 +560,8 @@ class _MatrixRun:
         self.first[run.variant] = run
         doubtful = [r.test_id for r in run.results if r.outcome.kills and _needs_confirmation(run, r.test_id)]
         if doubtful:
-            self._send(self.seed_one, WorkerRun(variant=variant.id, source=variant.source,
-                                                select=doubtful, attempt=2))
+            self._send(self.seed_one, WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
+                                                time_limits={t: self.time_limits[t] for t in doubtful}, attempt=2))
 
     def _explain(self, run: SuiteRun) -> SuiteRun:
         """A mutant's run with every test of the suite, each one not run saying why."""

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import types
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,22 @@ def _short(text: str) -> str:
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
     picked = errors or lines[-3:]
     return "\n".join(picked)[:_MESSAGE_CAP]
+
+
+class _OnlyUnder:
+    """Finds ``tinyllm`` and its modules in the package under test or nowhere: the copy
+    installed with the project never fills a gap in a student's package."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.partition(".")[0] != "tinyllm":
+            return None
+        spec = PathFinder.find_spec(name, [self.folder] if path is None else path)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return spec
 
 
 def install_variant(source: str) -> types.ModuleType:
@@ -584,6 +601,7 @@ def _prepare(job: JobSettings) -> _Session:
     """Import once, before forking, what every child needs (children start warm), and
     configure pytest."""
     sys.path.insert(0, job.reference)
+    sys.meta_path.insert(0, _OnlyUnder(job.reference))
     import numpy  # noqa: F401
     import numpy.random  # noqa: F401 - numpy loads these lazily; once here, not in every child
     import numpy.testing  # noqa: F401

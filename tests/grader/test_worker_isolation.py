@@ -1,0 +1,57 @@
+"""The worker runs the package under test and nothing else: the ``tinyllm`` installed with the
+project (``pip install -e .``) never supplies a module a student's package lacks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.models import Outcome, WorkerRun
+from grader.paths import Layout, default_layout
+from grader.runner import RunLimits, run_suites
+from grader.sandbox import SandboxMode
+
+LAYOUT = default_layout()
+TEST = "from tinyllm.rnn.gru import GRU\n\n\ndef test_builds():\n    assert GRU(2, 3).num_layers == 1\n"
+
+
+def _student_package(root: Path, *, namespace: bool) -> Path:
+    """A copy of the reference package without ``tinyllm/nn/`` (and, for a namespace
+    package, without ``tinyllm/__init__.py``)."""
+    impl = root / "python"
+    shutil.copytree(LAYOUT.reference / "tinyllm", impl / "tinyllm", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(impl / "tinyllm" / "nn")
+    if namespace:
+        (impl / "tinyllm" / "__init__.py").unlink()
+    return impl
+
+
+def _run(tmp_path: Path, impl: Path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_gru.py").write_text(TEST)
+    [run] = run_suites(
+        layout=Layout(LAYOUT.root, implementation=impl),
+        tests_dir=tests,
+        runs=[WorkerRun(variant="student", source=LAYOUT.gru_source.read_text())],
+        hash_seed=1,
+        limits=RunLimits(sandbox=SandboxMode.NONE),
+    )
+    return run
+
+
+@pytest.mark.parametrize("namespace", [False, True], ids=["regular", "namespace"])
+def test_a_module_missing_from_the_students_package_is_not_taken_from_the_installed_one(tmp_path, namespace):
+    run = _run(tmp_path, _student_package(tmp_path, namespace=namespace))
+    assert not any(r.outcome is Outcome.PASSED for r in run.results), run
+    errors = " ".join(run.collection_errors)
+    assert "No module named 'tinyllm.nn'" in errors, run
+
+
+def test_a_complete_students_package_runs(tmp_path):
+    impl = tmp_path / "python"
+    shutil.copytree(LAYOUT.reference / "tinyllm", impl / "tinyllm", ignore=shutil.ignore_patterns("__pycache__"))
+    run = _run(tmp_path, impl)
+    assert [r.outcome for r in run.results] == [Outcome.PASSED], run
