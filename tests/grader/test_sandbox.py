@@ -23,6 +23,7 @@ from grader.models import Outcome, SuiteRun, WorkerRun
 from grader.paths import default_layout
 from grader.runner import RunLimits, WorkerProcess
 from grader.sandbox import (
+    CHILD_SYSCALLS,
     Layer,
     LayerStatus,
     SandboxLimits,
@@ -33,6 +34,7 @@ from grader.sandbox import (
     _claim_user,
     _lock_user,
     check_mode,
+    child_syscalls_here,
     doctor_lines,
     sandbox_users,
     user_processes,
@@ -549,6 +551,291 @@ def test_who_and_where():
     for hidden in ("mutants", "pyproject.toml", ".git", "tests", "examples"):
         assert f"'{hidden}'" not in message.split("seen=")[1], hidden
     assert f"cwd={tests}" in message  # the copy sits where the tests were: messages name real paths
+
+
+# ------------------------------------------------------------------ the children's allow-list
+# Calls a test has no business making, each harmless and each allowed to the sandbox user by
+# the kernel and by the worker's own filter: only the children's allow-list refuses them.
+UNLISTED = HEADER + '''
+import stat
+
+
+def _checked(rc):
+    """A libc call's -1 as the OSError Python would raise for it."""
+    if rc == -1:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def test_unix_socket():
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+
+
+def test_socketpair():
+    for end in socket.socketpair():
+        end.close()
+
+
+def test_mknod_fifo():
+    os.mknod(os.path.join(tempfile.mkdtemp(), "fifo"), stat.S_IFIFO | 0o600)
+
+
+def test_personality():
+    _checked(ctypes.CDLL(None, use_errno=True).personality(-1))  # only asks for the current one
+
+
+def test_inotify():
+    fd = ctypes.CDLL(None, use_errno=True).inotify_init1(0)
+    _checked(fd)
+    os.close(fd)
+
+
+def test_wait_without_children():
+    os.wait()
+
+
+def test_after_the_refusals(tmp_path):
+    (tmp_path / "kept.npy").write_bytes(b"")
+    np.save(tmp_path / "kept.npy", np.arange(4.0))
+    assert np.load(tmp_path / "kept.npy").sum() == 6.0
+'''
+REFUSED = ("test_unix_socket", "test_socketpair", "test_mknod_fifo", "test_personality", "test_inotify")
+
+
+def test_a_call_off_the_childrens_allow_list_fails_its_own_test_with_eperm(tmp_path):
+    [run] = _run(_write_suite(tmp_path / "tests", UNLISTED))
+    by_name = {r.test_id.split("::")[1]: r for r in run.results}
+    assert run.crashed == "" and len(by_name) == len(REFUSED) + 2, run
+    for name in (*REFUSED, "test_wait_without_children"):
+        assert by_name[name].outcome is Outcome.FAILED, by_name[name]
+        assert "[Errno 1] Operation not permitted" in by_name[name].message, by_name[name]
+    assert by_name["test_after_the_refusals"].outcome is Outcome.PASSED, by_name["test_after_the_refusals"]
+
+
+def test_without_the_sandbox_the_same_calls_go_through(tmp_path):
+    """The control: what refused the calls above is the children's filter, not the kernel."""
+    limits = RunLimits(run_timeout=12.0, test_timeout=2.0, jobs=1, sandbox=SandboxMode.NONE)
+    [run] = _run(_write_suite(tmp_path / "tests", UNLISTED), limits=limits)
+    by_name = {r.test_id.split("::")[1]: r for r in run.results}
+    for name in (*REFUSED, "test_after_the_refusals"):
+        assert by_name[name].outcome is Outcome.PASSED, by_name[name]
+    wait = by_name["test_wait_without_children"]
+    assert wait.outcome is Outcome.FAILED and "[Errno 10] No child processes" in wait.message, wait
+
+
+# What ordinary tests do, in a run of its own: none of it may trip the allow-list.
+LEGITIMATE = '''
+import collections
+import datetime
+import decimal
+import fractions
+import functools
+import json
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import GRU
+
+HERE = Path(__file__).parent
+
+
+def test_tmp_path(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b.txt").write_text("x")
+    shutil.copy2(tmp_path / "a" / "b.txt", tmp_path / "c.txt")
+    shutil.copytree(tmp_path / "a", tmp_path / "d")
+    os.rename(tmp_path / "c.txt", tmp_path / "e.txt")
+    os.chmod(tmp_path / "e.txt", 0o600)
+    os.utime(tmp_path / "e.txt")
+    np.save(tmp_path / "arr.npy", np.arange(5))
+    np.savez_compressed(tmp_path / "z.npz", a=np.ones(3))
+    assert np.load(tmp_path / "arr.npy").sum() == 10 and np.load(tmp_path / "z.npz")["a"].sum() == 3
+    shutil.rmtree(tmp_path / "d")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "arr.npy", "e.txt", "z.npz"]
+
+
+def test_tmp_path_factory_and_tempfile(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    (folder / "f").write_bytes(b"1")
+    with tempfile.NamedTemporaryFile(dir=folder) as handle:
+        handle.write(b"abc")
+        handle.flush()
+        os.fsync(handle.fileno())
+    with tempfile.TemporaryDirectory() as other:
+        Path(other, "x").touch()
+    assert (folder / "f").read_bytes() == b"1"
+
+
+def test_reading_files_beside_the_tests():
+    assert json.loads((HERE / "data.json").read_text()) == {"a": 1}
+    assert "test_reading_files_beside_the_tests" in Path(__file__).read_text()
+    assert "data.json" in os.listdir(HERE) and os.path.getsize(HERE / "data.json") > 0
+
+
+def test_numpy_and_the_gru():
+    rng = np.random.default_rng(0)
+    out, h_n = GRU(3, 4, num_layers=2)(Tensor(rng.standard_normal((5, 2, 3))))
+    assert out.data.shape == (5, 2, 4) and h_n.data.shape == (2, 2, 4)
+    a = rng.standard_normal((64, 64))
+    np.testing.assert_allclose(np.linalg.inv(a) @ a, np.eye(64), atol=1e-8)
+    np.linalg.svd(a)
+    np.linalg.eigvals(a)
+    np.fft.fft(a[0])
+    with np.errstate(divide="raise"), pytest.raises(FloatingPointError):
+        np.ones(1) / np.zeros(1)
+
+
+def test_raises_and_warnings(recwarn):
+    with pytest.raises(ZeroDivisionError):
+        1 / 0
+    with pytest.warns(UserWarning):
+        warnings.warn("w", UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DeprecationWarning):
+            warnings.warn("d", DeprecationWarning)
+    warnings.warn("kept", RuntimeWarning)
+    assert len(recwarn) == 1
+
+
+def test_time_and_random():
+    start, clock = time.time(), time.perf_counter()
+    time.monotonic(), time.process_time(), time.thread_time()
+    time.sleep(0.01)
+    assert time.perf_counter() - clock >= 0.01 and time.time() >= start
+    datetime.datetime.now().astimezone()
+    time.strftime("%c", time.localtime())
+    random.seed(1)
+    random.random()
+    random.SystemRandom().random()
+    assert len(os.urandom(16)) == 16
+    np.random.seed(0)
+    np.random.default_rng().random()
+    assert statistics.mean([1, 2, 3]) == 2 and fractions.Fraction(1, 2) == 0.5 and decimal.Decimal("0.5") * 2 == 1
+
+
+def test_capsys_monkeypatch_and_caplog(capsys, monkeypatch, caplog):
+    print("hello")
+    assert capsys.readouterr().out == "hello\\n"
+    monkeypatch.setenv("SOME_SETTING", "1")
+    monkeypatch.chdir(HERE)
+    import logging
+    logging.getLogger("t").warning("logged")
+    assert "logged" in caplog.text and os.environ["SOME_SETTING"] == "1"
+
+
+def test_threads():
+    out = []
+    worker = threading.Thread(target=lambda: out.append(sum(range(1000))))
+    worker.start()
+    worker.join()
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(abs, [-1, -2])) == [1, 2]
+    assert out == [499500]
+
+
+def test_what_the_process_may_ask_about_itself():
+    os.getpid(), os.getppid(), os.getuid(), os.getcwd(), os.cpu_count(), os.sched_getaffinity(0)
+    os.times(), os.uname(), os.getloadavg()
+    import getpass
+    import platform
+    import resource
+    resource.getrlimit(resource.RLIMIT_AS)
+    resource.getrusage(resource.RUSAGE_SELF)
+    assert getpass.getuser() and platform.platform()
+    read, write = os.pipe()
+    os.write(write, b"x")
+    assert os.read(read, 1) == b"x"
+
+
+def test_signals_to_itself():
+    import signal
+    seen = []
+    signal.signal(signal.SIGUSR1, lambda *_: seen.append(1))
+    os.kill(os.getpid(), signal.SIGUSR1)
+    signal.raise_signal(signal.SIGUSR1)
+    assert seen == [1, 1]
+
+
+@pytest.mark.parametrize("value", [1, 2])
+def test_parametrized(value):
+    assert value in (1, 2)
+
+
+@pytest.fixture
+def with_teardown(tmp_path):
+    yield tmp_path
+    (tmp_path / "teardown").write_text("x")
+
+
+def test_fixture_with_teardown(with_teardown):
+    assert with_teardown.is_dir()
+'''
+
+
+def test_legitimate_tests_pass_in_children_under_the_allow_list(tmp_path):
+    tests = _write_suite(tmp_path / "tests", LEGITIMATE)
+    (tests / "data.json").write_text('{"a": 1}')
+    [run] = _run(tests)
+    not_passed = {r.test_id: r.message for r in run.results if r.outcome is not Outcome.PASSED}
+    assert run.crashed == "" and run.collection_errors == (), run
+    assert not_passed == {} and len(run.results) == 13
+
+
+FILTER_IN_A_PROCESS = '''
+import ctypes, os, sys
+from grader import sandbox
+
+hardening = sandbox.ChildHardening(
+    settings=sandbox.WorkerSandbox(seccomp=True), run_timeout=5.0,
+    libseccomp=sandbox._libseccomp(), allow_list=sys.argv[1] == "allow",
+)
+hardening.apply()
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {}
+for name, call in (("personality", lambda: libc.personality(-1)), ("fork", libc.fork), ("getppid", libc.getppid)):
+    seen[name] = "refused" if call() == -1 and ctypes.get_errno() == 1 else "allowed"
+print(seen)
+'''
+
+
+@pytest.mark.parametrize(("kind", "personality"), [("allow", "refused"), ("deny", "allowed")])
+def test_the_deny_list_is_the_fallback_and_keeps_its_rules(kind, personality):
+    """Where the allow-list cannot be installed, a child installs the deny-list: what is not
+    named there goes through, and fork is refused under both."""
+    done = subprocess.run(
+        [sys.executable, "-c", FILTER_IN_A_PROCESS, kind], capture_output=True, text=True, cwd=LAYOUT.root, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = ast.literal_eval(done.stdout.strip())
+    assert seen == {"personality": personality, "fork": "refused", "getppid": "allowed"}
+
+
+def test_the_allow_list_is_named_in_groups_and_resolved_here():
+    assert len(CHILD_SYSCALLS) >= 100 and "read" in CHILD_SYSCALLS
+    for unlisted in ("socket", "socketpair", "mknod", "mknodat", "personality", "execve", "fork", "setsid", "chroot", "ptrace"):
+        assert unlisted not in CHILD_SYSCALLS, unlisted
+    resolved = child_syscalls_here()
+    assert 100 <= len(resolved) <= len(CHILD_SYSCALLS) and "read" in resolved and "_llseek" not in resolved
+
+
+def test_doctor_says_each_child_runs_under_the_allow_list():
+    [line] = [line for line in doctor_lines() if "] seccomp" in line]
+    assert line.startswith("  [on ]"), line
+    assert f"in each child an allow-list of {len(child_syscalls_here())} system calls" in line, line
+    assert "everything else fails with EPERM" in line and "deny-list" not in line, line
 
 
 # ------------------------------------------------------------------------ status, modes
