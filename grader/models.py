@@ -102,6 +102,7 @@ class WorkerRun(BaseModel):
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
     time_limits: dict[str, float] | None = None  # test id -> seconds, instead of the test limit
     stop_at_first_kill: bool = False  # stop at the first test that does not pass
+    brief: bool = False  # failures in one line each, no traceback (a mutant's: only the outcome counts)
 
 
 # ----------------------------------------------------------------------- the report

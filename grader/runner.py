@@ -160,6 +160,7 @@ class WorkerProcess:
             tests=run.tests,
             time_limits=run.time_limits,
             stop_at_first_kill=run.stop_at_first_kill,
+            brief=run.brief,
             cpu_budget=cpu_budget,
             timeout_floor=timeout_floor if timeout_floor is not None else self.limits.timeout_floor,
         )
@@ -524,7 +525,7 @@ class _MatrixRun:
                         self._send(self.seed_one, WorkerRun(
                             variant=mutant.id, source=mutant.source, select=valid,
                             time_limits={t: limits[t] for t in valid},
-                            stop_at_first_kill=not self.full_matrix,
+                            stop_at_first_kill=not self.full_matrix, brief=True,
                         ))
                 self.valid = valid
             if mutants_sent and self.in_flight == 0:
@@ -551,6 +552,7 @@ class _MatrixRun:
                 self._send(self.seed_one, WorkerRun(
                     variant=variant.id, source=variant.source, select=rest, attempt=3,
                     time_limits={t: self.time_limits[t] for t in rest}, stop_at_first_kill=not self.full_matrix,
+                    brief=True,
                 ))
             return
         if run.attempt == 3:  # a continuation of the first run
@@ -561,7 +563,8 @@ class _MatrixRun:
         doubtful = [r.test_id for r in run.results if r.outcome.kills and _needs_confirmation(run, r.test_id)]
         if doubtful:
             self._send(self.seed_one, WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
-                                                time_limits={t: self.time_limits[t] for t in doubtful}, attempt=2))
+                                                time_limits={t: self.time_limits[t] for t in doubtful}, attempt=2,
+                                                brief=True))
 
     def _explain(self, run: SuiteRun) -> SuiteRun:
         """A mutant's run with every test of the suite, each one not run saying why."""

@@ -88,6 +88,7 @@ class RunHeader:
     stop_at_first_kill: bool = False  # stop after the first test that does not pass
     cpu_budget: float | None = None  # CPU seconds this run may use before grading stops
     timeout_floor: float | None = None  # after a time-out, later tests get at most this
+    brief: bool = False  # failures reported in one line each (no traceback: much cheaper)
 
     def to_frame(self) -> bytes:
         return encode_frame({"run": asdict(self)})

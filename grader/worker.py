@@ -284,6 +284,9 @@ class _Session:
         reporter.token = token
         reporter.select = set(run.select) if run.select is not None else None
         reporter.stop_at_first_kill = run.stop_at_first_kill
+        # Formatting a full traceback costs tens of milliseconds a failure; on a mutant only the
+        # outcome matters, so its failures are told in one line.
+        self.config.option.tbstyle = "line" if run.brief else "auto"
         self.timeout.limits = dict(run.time_limits or {})
         self.timeout.floor = run.timeout_floor
         if run.tests is not None:
