@@ -7,7 +7,6 @@ breaks the grader) is a row with its problem; it never stops the batch.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -19,6 +18,7 @@ from grader.launch import Launched, launch_grading
 from grader.models import Report
 from grader.paths import Layout
 from grader.sandbox import SandboxMode, check_mode
+from grader.spreadsheet import write_rows
 
 __all__ = ["BatchRow", "STUDENT_TESTS", "find_tests", "grade_batch", "write_csv"]
 
@@ -147,12 +147,11 @@ def _grade_one(
 
 
 def write_csv(rows: Iterable[BatchRow], path: Path) -> None:
-    """Write the gradebook: one line per student, problems joined by " | "."""
+    """Write the gradebook: one line per student, problems joined by " | "; a cell a spreadsheet
+    would compute (a student named ``=HYPERLINK(...)``) is written as text."""
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(CSV_FIELDS)
-        for row in rows:
-            writer.writerow([
+        write_rows(handle, CSV_FIELDS, (
+            [
                 row.student,
                 "yes" if row.passed else "no",
                 f"{row.kill_rate:.4f}",
@@ -160,4 +159,6 @@ def write_csv(rows: Iterable[BatchRow], path: Path) -> None:
                 row.total,
                 " ".join(row.missing_required),
                 " | ".join(row.problems),
-            ])
+            ]
+            for row in rows
+        ))

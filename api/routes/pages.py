@@ -1,6 +1,8 @@
 """Server-rendered HTML pages: sign-in, submissions, one submission's report, the gradebook.
 
 No JavaScript and no build step: plain templates, readable with any browser or screen reader.
+Student text (test ids, messages, file and user names) is escaped by Jinja's autoescaping, and
+every page also tells the browser to run no script at all (:data:`PAGE_HEADERS`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,18 @@ from api.views import owned_submission, public
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
+# The pages load nothing but themselves and their inline style sheet, and submit forms only here.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def _page(request: Request, name: str, context: dict, status_code: int = status.HTTP_200_OK) -> Response:
+    return templates.TemplateResponse(request, name, context, status_code=status_code, headers=PAGE_HEADERS)
 
 
 def _page_user(request: Request, session: Session) -> User | None:
@@ -40,15 +54,13 @@ def home() -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request) -> Response:
-    return templates.TemplateResponse(request, "login.html", {"user": None, "error": None})
+    return _page(request, "login.html", {"user": None, "error": None})
 
 
 @router.post("/login", response_class=HTMLResponse)
 def login(request: Request, session: SessionDep, token: Annotated[str, Form()]) -> Response:
     if crud.user_by_token(session, token=token.strip()) is None:
-        return templates.TemplateResponse(
-            request, "login.html", {"user": None, "error": "unknown token"}, status_code=status.HTTP_401_UNAUTHORIZED
-        )
+        return _page(request, "login.html", {"user": None, "error": "unknown token"}, status.HTTP_401_UNAUTHORIZED)
     response = RedirectResponse("/submissions", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(TOKEN_COOKIE, token.strip(), httponly=True, samesite="strict")
     return response
@@ -60,9 +72,8 @@ def submissions_page(request: Request, session: SessionDep) -> Response:
     if user is None:
         return _to_login()
     rows = crud.list_submissions(session, user=None if user.role == "staff" else user, limit=500)
-    return templates.TemplateResponse(
-        request, "submissions.html", {"user": user, "rows": [public(request, s, user, with_report=False) for s in rows]}
-    )
+    views = [public(request, s, user, with_report=False) for s in rows]
+    return _page(request, "submissions.html", {"user": user, "rows": views})
 
 
 def submission_page(request: Request, session: Session, user: User | None, submission_id: int) -> Response:
@@ -71,9 +82,7 @@ def submission_page(request: Request, session: Session, user: User | None, submi
     view = public(request, owned_submission(session, submission_id, user), user, with_report=True)
     report = view.report
     mutants = {m.id: m for m in report.mutants} if report else {}
-    return templates.TemplateResponse(
-        request, "submission.html", {"user": user, "s": view, "report": report, "mutants": mutants}
-    )
+    return _page(request, "submission.html", {"user": user, "s": view, "report": report, "mutants": mutants})
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
@@ -87,8 +96,8 @@ def gradebook_page(request: Request, session: SessionDep) -> Response:
     if user is None:
         return _to_login()
     if user.role != "staff":
-        return templates.TemplateResponse(
+        return _page(
             request, "login.html", {"user": user, "error": "the gradebook is for course staff only"},
-            status_code=status.HTTP_403_FORBIDDEN,
+            status.HTTP_403_FORBIDDEN,
         )
-    return templates.TemplateResponse(request, "gradebook.html", {"user": user, "rows": crud.gradebook_rows(session)})
+    return _page(request, "gradebook.html", {"user": user, "rows": crud.gradebook_rows(session)})

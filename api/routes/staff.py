@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import io
 
 from fastapi import APIRouter, Response
 
 from api import crud
 from api.deps import SessionDep, StaffUser
+from grader.spreadsheet import write_rows
 
 router = APIRouter(prefix="/v1", tags=["staff"])
 
@@ -20,20 +20,22 @@ GRADEBOOK_FIELDS = (
 
 
 def gradebook_csv(session) -> str:
+    """The gradebook as CSV; a student name a spreadsheet would compute is written as text."""
     out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(GRADEBOOK_FIELDS)
-    for row in crud.gradebook_rows(session):
-        latest, best = row["latest"], row["best"]
-        writer.writerow([
-            row["student"], row["submissions"],
-            latest.id if latest else "", _yes(latest.passed) if latest else "",
-            f"{latest.kill_rate:.4f}" if latest and latest.kill_rate is not None else "",
-            crud.as_utc(latest.finished_at) if latest else "",
-            best.id if best else "", _yes(best.passed) if best else "",
-            f"{best.kill_rate:.4f}" if best and best.kill_rate is not None else "",
-        ])
+    write_rows(out, GRADEBOOK_FIELDS, (_gradebook_row(row) for row in crud.gradebook_rows(session)))
     return out.getvalue()
+
+
+def _gradebook_row(row: dict) -> list[object]:
+    latest, best = row["latest"], row["best"]
+    return [
+        row["student"], row["submissions"],
+        latest.id if latest else "", _yes(latest.passed) if latest else "",
+        f"{latest.kill_rate:.4f}" if latest and latest.kill_rate is not None else "",
+        crud.as_utc(latest.finished_at) if latest else "",
+        best.id if best else "", _yes(best.passed) if best else "",
+        f"{best.kill_rate:.4f}" if best and best.kill_rate is not None else "",
+    ]
 
 
 def _yes(value: bool | None) -> str:

@@ -40,8 +40,9 @@ _LEGEND = (
     "died) · ↷ skipped · `·` not run. On a mutant column, ✖ ⏱ ! ? mean the test caught the "
     "mutant; only valid tests count. Last row: did any valid test kill this mutant?"
 )
-# Characters Markdown would read as formatting (or GitHub as HTML), escaped in plain text.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
+# Characters Markdown would read as formatting, as HTML or as an entity, escaped in plain text.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>&|#~])")
+_BACKTICKS = re.compile(r"`+")
 
 
 def _flat(value: str) -> str:
@@ -55,10 +56,15 @@ def _text(value: str) -> str:
 
 
 def _code(value: str) -> str:
-    """Inline code; ``|`` still needs its backslash inside a table (GFM splits cells first)."""
+    """Inline code; ``|`` still needs its backslash inside a table (GFM splits cells first).
+
+    The fence is one backtick longer than the longest run of them inside: a run as long as the
+    fence would close the span early and let the rest be read as Markdown and HTML.
+    """
     value = _flat(value).replace("|", "\\|")
-    fence = "``" if "`" in value else "`"
-    pad = " " if fence == "``" else ""
+    longest = max((len(run) for run in _BACKTICKS.findall(value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""  # a backtick next to the fence would lengthen it
     return f"{fence}{pad}{value}{pad}{fence}"
 
 
