@@ -121,7 +121,7 @@ def _expected(report: dict) -> tuple[int, int, int]:
         (t["id"], v)
         for t in report["tests"]
         for v, outcome in t["outcomes"].items()
-        if v in mutants and outcome not in ("passed", "skipped")  # as the template colours them
+        if v in mutants and outcome not in ("passed", "skipped", "not_run")  # as the template colours them
     }
     return len(kills), len({v for _, v in kills}), len({t for t, _ in kills})
 
