@@ -7,6 +7,7 @@ breaks the grader) is a row with its problem; it never stops the batch.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 
 from grader.assignment import Assignment
 from grader.grading import grade_suite
-from grader.launch import Launched, launch_grading
+from grader.runner import WorkerPool
 from grader.models import Report
 from grader.paths import Layout
 from grader.sandbox import SandboxMode, check_mode
@@ -90,38 +91,20 @@ def grade_batch(
     check_mode(sandbox)
     folders = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
     rows = []
-    ahead = _launch(layout, folders[0], sandbox) if folders else None
-    try:
-        for index, folder in enumerate(folders):
-            launched, ahead = ahead, None
-            # The next student's workers start now and warm up while this one is graded.
-            if index + 1 < len(folders):
-                ahead = _launch(layout, folders[index + 1], sandbox)
-            row = _grade_one(folder, launched, layout=layout, assignment=assignment, policy=policy,
+    # Two workers kept warm for the whole batch: each submission pays its own runs, not the
+    # workers' start-up.
+    with WorkerPool(layout=layout, limits=replace(assignment.run_limits(), sandbox=SandboxMode(sandbox))) as pool:
+        for folder in folders:
+            row = _grade_one(folder, pool, layout=layout, assignment=assignment, policy=policy,
                              audience=audience, sandbox=sandbox)
             rows.append(row)
             if on_done is not None:
                 on_done(row)
-    finally:
-        if ahead is not None:
-            ahead.close()
     return rows
 
 
-def _launch(layout: Layout, folder: Path, sandbox: SandboxMode | str) -> Launched | None:
-    """The workers of ``folder``'s grading, started ahead; None if they cannot be (its grading
-    then starts its own, and says why if that fails too)."""
-    tests = find_tests(folder)
-    if not tests.is_dir():
-        return None
-    try:
-        return launch_grading(layout=layout, tests_dir=tests, mode=sandbox)
-    except Exception:  # noqa: BLE001 - only a head start is lost
-        return None
-
-
 def _grade_one(
-    folder: Path, launched: Launched | None, *, layout: Layout, assignment: Assignment, policy: bool,
+    folder: Path, pool: WorkerPool, *, layout: Layout, assignment: Assignment, policy: bool,
     audience: str, sandbox: SandboxMode | str,
 ) -> BatchRow:
     try:
@@ -133,7 +116,7 @@ def _grade_one(
             audience=audience,
             submission=folder.name,
             sandbox=sandbox,
-            launched=launched,
+            pool=pool,
         )
         return _row(folder.name, report)
     except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
@@ -141,9 +124,6 @@ def _grade_one(
             student=folder.name, passed=False, kill_rate=0.0, killed=0, total=0,
             missing_required=[], problems=[f"could not be graded: {exc}"],
         )
-    finally:
-        if launched is not None:
-            launched.close()
 
 
 def write_csv(rows: Iterable[BatchRow], path: Path) -> None:

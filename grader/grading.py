@@ -17,7 +17,7 @@ from grader.launch import Launched
 from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
 from grader.policy import check_suite
-from grader.runner import run_matrix
+from grader.runner import WorkerPool, run_matrix
 from grader.sandbox import SandboxMode, check_mode
 from grader.scoring import score_suite, shown_ids
 from grader.variants import VariantKind, build_variants
@@ -52,6 +52,7 @@ def grade_suite(
     sandbox: SandboxMode | str = SandboxMode.AUTO,
     full_matrix: bool = False,
     launched: Launched | None = None,
+    pool: WorkerPool | None = None,
 ) -> Report:
     """Grade the test suite in ``tests_dir``.
 
@@ -71,6 +72,8 @@ def grade_suite(
             stopping each mutant's run at its first kill.
         launched: the grading's two workers, started ahead for ``tests_dir`` under ``sandbox``
             (:func:`grader.launch.launch_grading`); taken over and closed here, whatever happens.
+        pool: warm workers to grade with (a batch: :class:`grader.runner.WorkerPool`), instead
+            of starting two for this grading.
 
     Returns:
         The report. A policy violation gives a report with ``policy.ok`` false and nothing run.
@@ -85,7 +88,7 @@ def grade_suite(
     try:
         return _grade(tests_dir, layout=layout, assignment=assignment, policy=policy, journal=journal,
                       audience=audience, jobs=jobs, submission=submission, sandbox=sandbox,
-                      full_matrix=full_matrix, launched=launched, started=started)
+                      full_matrix=full_matrix, launched=launched, pool=pool, started=started)
     finally:
         if launched is not None:
             launched.close()  # a no-op when the run took them over and closed them already
@@ -94,7 +97,7 @@ def grade_suite(
 def _grade(
     tests_dir: Path, *, layout: Layout, assignment: Assignment, policy: bool, journal: JournalSummary | None,
     audience: str, jobs: int | None, submission: str | None, sandbox: SandboxMode | str, full_matrix: bool,
-    launched: Launched | None, started: float,
+    launched: Launched | None, pool: WorkerPool | None, started: float,
 ) -> Report:
     mode = SandboxMode(sandbox)
     check_mode(mode)
@@ -131,8 +134,11 @@ def _grade(
             timing=Timing(total_s=round(time.monotonic() - started, 3)),
         )
     limits = replace(assignment.run_limits(jobs), sandbox=mode)
-    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                        full_matrix=full_matrix, launched=launched)
+    if pool is not None:
+        matrix = pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix)
+    else:
+        matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
+                            full_matrix=full_matrix, launched=launched)
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(
         total_s=round(time.monotonic() - started, 3),

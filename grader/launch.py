@@ -48,10 +48,11 @@ def worker_env(hash_seed: int, layout: Layout) -> dict[str, str]:
 
 
 def launch_worker(
-    *, layout: Layout, tests_dir: Path, hash_seed: int, mode: SandboxMode | str,
+    *, layout: Layout, tests_dir: Path | None, hash_seed: int, mode: SandboxMode | str,
     limits: SandboxLimits = SandboxLimits(), hide_source: bool = False,
 ) -> SandboxedWorker:
-    """Start one worker in its sandbox; it imports what it needs, then waits for its job.
+    """Start one worker in its sandbox; it imports what it needs, then waits for its job
+    (``tests_dir`` None: a worker of a pool, given one submission after another).
 
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine lacks.
@@ -60,7 +61,7 @@ def launch_worker(
     fixtures = [layout.goldens.parent] if layout.goldens.is_file() else []
     return start_worker(
         mode=mode,
-        tests_dir=Path(tests_dir).resolve(),
+        tests_dir=Path(tests_dir).resolve() if tests_dir is not None else None,
         package_dir=layout.package_dir,
         readonly=fixtures,
         env=worker_env(hash_seed, layout),

@@ -34,10 +34,11 @@ from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode
 from grader.variants import Variant, VariantKind
 from grader.wire import JobSettings, RunHeader, encode_frame
 
-__all__ = ["BudgetStop", "Matrix", "RunLimits", "WorkerProcess", "run_matrix", "run_suites"]
+__all__ = ["BudgetStop", "Matrix", "RunLimits", "WorkerPool", "WorkerProcess", "run_matrix", "run_suites"]
 
 _STDERR_TAIL = 64 * 1024
 _SILENCE_SLACK = 30.0  # seconds past a run's own limit before a silent worker is given up
+_POOL_WORKER_CPU = 3600.0  # CPU seconds of a pooled worker's own process (its children have their own)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class WorkerProcess:
         self,
         *,
         layout: Layout,
-        tests_dir: Path,
+        tests_dir: Path | None,
         hash_seed: int,
         limits: RunLimits,
         results: queue.Queue[_Result] | None = None,
@@ -105,7 +106,7 @@ class WorkerProcess:
         started: SandboxedWorker | None = None,
     ) -> None:
         self.layout = layout
-        self.tests_dir = tests_dir.resolve()
+        self.tests_dir = tests_dir.resolve() if tests_dir is not None else None
         self.hash_seed = hash_seed
         self.limits = limits
         self.results: queue.Queue[_Result] = results if results is not None else queue.Queue()
@@ -120,20 +121,12 @@ class WorkerProcess:
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
         self._stderr = bytearray()
         self._finished = False
-        # A generous CPU limit for the worker process itself (its children have their own).
-        budget = limits.cpu_budget if limits.cpu_budget is not None else limits.run_timeout * 8
-        job = JobSettings(
-            reference=str(layout.package_dir),
-            tests=str(self.sandbox.tests),
-            hash_seed=hash_seed,
-            jobs=limits.jobs,
-            run_timeout=limits.run_timeout,
-            test_timeout=limits.test_timeout,
-            memory_bytes=limits.memory_bytes,
-            conftests=limits.conftests,
-            sandbox=self.sandbox.settings(budget=budget + 60.0),
-        )
-        self._outbox.put(job.to_frame())
+        self._staged: Path | None = None
+        self.closed = False
+        if self.tests_dir is not None:
+            # A generous CPU limit for the worker process itself (its children have their own).
+            budget = limits.cpu_budget if limits.cpu_budget is not None else limits.run_timeout * 8
+            self._outbox.put(self._job(self.sandbox.tests, limits, worker_cpu=budget + 60.0).to_frame())
         self._threads = [
             threading.Thread(target=self._write_loop, daemon=True),
             threading.Thread(target=self._read_loop, daemon=True),
@@ -142,7 +135,39 @@ class WorkerProcess:
         for thread in self._threads:
             thread.start()
 
+    def _job(self, tests: Path, limits: RunLimits, *, worker_cpu: float) -> JobSettings:
+        return JobSettings(
+            reference=str(self.layout.package_dir),
+            tests=str(tests),
+            hash_seed=self.hash_seed,
+            jobs=limits.jobs,
+            run_timeout=limits.run_timeout,
+            test_timeout=limits.test_timeout,
+            memory_bytes=limits.memory_bytes,
+            conftests=limits.conftests,
+            private_tmp=self.sandbox.workdir is not None,
+            sandbox=self.sandbox.settings(budget=worker_cpu),
+        )
+
     # ------------------------------------------------------------------ sending
+    def begin(self, tests_dir: Path, limits: RunLimits) -> None:
+        """For a worker started with no tests (one of a :class:`WorkerPool`): stage the next
+        submission and send its job. Call only once every run of the last one has come back.
+
+        Raises:
+            SandboxError: if the submission holds more than the sandbox allows.
+        """
+        self.end()
+        self.limits = replace(limits, jobs=self.limits.jobs)
+        self._staged = self.sandbox.stage(tests_dir)
+        self._outbox.put(self._job(self._staged, self.limits, worker_cpu=_POOL_WORKER_CPU).to_frame())
+
+    def end(self) -> None:
+        """Remove the staged submission, if any (the next one never sees it)."""
+        if self._staged is not None:
+            self.sandbox.unstage(self._staged)
+            self._staged = None
+
     def submit(self, run: WorkerRun, *, cpu_budget: float | None = None, timeout_floor: float | None = None) -> None:
         """Send one run: its frame names it by a number only, and its source follows for the
         run's child to read."""
@@ -285,6 +310,7 @@ class WorkerProcess:
     def close(self) -> None:
         """Kill the worker's whole session and every process of its sandbox user; free the
         user and remove the private copy of the tests."""
+        self.closed = True
         self.sandbox.close()
 
 
@@ -420,11 +446,13 @@ class _MatrixRun:
     """The staged protocol of :func:`run_matrix`, over two workers sharing one result queue."""
 
     def __init__(self, *, layout: Layout, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
-                 full_matrix: bool, launched: Launched | None) -> None:
+                 full_matrix: bool, launched: Launched | None,
+                 pooled: tuple[WorkerProcess, WorkerProcess] | None = None) -> None:
         self.variants = {v.id: v for v in variants}
         self.limits = limits
         self.full_matrix = full_matrix
-        self.results: queue.Queue[_Result] = queue.Queue()
+        self.owns = pooled is None  # a pool's workers outlive this grading, unless it goes wrong
+        self.results: queue.Queue[_Result] = pooled[0].results if pooled else queue.Queue()
         self.budget = _Budget(limits.cpu_budget)
         self.first: dict[str, SuiteRun] = {}
         self.second: dict[str, SuiteRun] = {}
@@ -436,6 +464,9 @@ class _MatrixRun:
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
         # Two workers under two hash seeds: the second runs the reference only, alongside the
         # first, so that a test whose result depends on the hash seed shows up as flaky.
+        if pooled is not None:
+            self.seed_one, self.seed_two = pooled
+            return
         try:
             self.seed_two = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED,
                                           limits=replace(limits, jobs=1), results=self.results, hide_source=True,
@@ -453,8 +484,15 @@ class _MatrixRun:
             raise
 
     def close(self) -> None:
+        """Stop both workers (whatever they were doing: what they never reported comes back
+        crashed)."""
         for worker in (self.seed_one, self.seed_two):
             worker.close()
+
+    def release(self) -> None:
+        """The grading is over: its own workers are stopped; a pool's are left for the next."""
+        if self.owns:
+            self.close()
 
     def _send(self, worker: WorkerProcess, run: WorkerRun, *, floor: float | None = None) -> None:
         worker.submit(run, cpu_budget=self.budget.left(), timeout_floor=floor)
@@ -482,7 +520,8 @@ class _MatrixRun:
         mutants = [v for v in self.variants.values() if v.kind is VariantKind.MUTANT]
         self._send(self.seed_two, WorkerRun(variant=reference.id, source=reference.source))
         self._send(self.seed_one, WorkerRun(variant=reference.id, source=reference.source))
-        self.seed_two.finish()
+        if self.owns:
+            self.seed_two.finish()
         ref_run: SuiteRun | None = None
         waiting_wheats: set[str] = set()
         mutants_sent = False
@@ -530,7 +569,7 @@ class _MatrixRun:
                 self.valid = valid
             if mutants_sent and self.in_flight == 0:
                 break
-        self.close()
+        self.release()
         return self._matrix(test_ids, wheats, mutants)
 
     def _keep(self, run: SuiteRun, worker: WorkerProcess) -> None:
@@ -632,4 +671,80 @@ def run_matrix(
     try:
         return matrix_run.run()
     finally:
-        matrix_run.close()
+        matrix_run.release()
+
+
+class WorkerPool:
+    """Two workers (hash seeds 1 and 2) kept warm for one grading after another: a batch pays
+    their start-up (numpy, pytest, pytest's configuration) once, not once per submission.
+
+    Each grading stages its tests into both workers' private folders and removes them after;
+    between gradings a worker empties its private temporary folder and sets pytest up afresh,
+    and it never runs submitted code itself (only its children do), so nothing of one
+    submission reaches the next. A grading that goes wrong (the budget ran out, a worker died
+    or hung) stops both workers; the next grading starts new ones. Workers are replaced after
+    ``max_gradings`` too. Close the pool when done (or use it as a context manager).
+
+    Args:
+        layout: where the reference package is (the workers grade its variants).
+        limits: the sandbox mode and limits the workers start under, and their ``jobs``.
+        max_gradings: how many gradings a pair of workers does before it is replaced.
+    """
+
+    def __init__(self, *, layout: Layout, limits: RunLimits, max_gradings: int = 50) -> None:
+        self.layout = layout
+        self.limits = limits
+        self.max_gradings = max_gradings
+        self._pair: tuple[WorkerProcess, WorkerProcess] | None = None
+        self._gradings = 0
+
+    def _workers(self) -> tuple[WorkerProcess, WorkerProcess]:
+        pair = self._pair
+        if pair is not None and (any(w.closed for w in pair) or self._gradings >= self.max_gradings):
+            self.close()
+            pair = None
+        if pair is None:
+            results: queue.Queue[_Result] = queue.Queue()
+            seed_two = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=SECOND_HASH_SEED,
+                                     limits=replace(self.limits, jobs=1), results=results, hide_source=True)
+            try:
+                seed_one = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=FIRST_HASH_SEED,
+                                         limits=self.limits, results=results, hide_source=True)
+            except BaseException:
+                seed_two.close()
+                raise
+            pair = self._pair = (seed_one, seed_two)
+            self._gradings = 0
+        return pair
+
+    def run_matrix(self, *, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
+                   full_matrix: bool = False) -> Matrix:
+        """:func:`run_matrix` on the pool's workers (``limits.sandbox`` must be the pool's)."""
+        if SandboxMode(limits.sandbox) is not SandboxMode(self.limits.sandbox):
+            raise ValueError(f"the pool's workers run under sandbox mode {self.limits.sandbox}, not {limits.sandbox}")
+        pair = self._workers()
+        self._gradings += 1
+        try:
+            for worker in pair:
+                worker.begin(tests_dir, limits)
+            matrix_run = _MatrixRun(layout=self.layout, tests_dir=tests_dir, variants=variants, limits=limits,
+                                    full_matrix=full_matrix, launched=None, pooled=pair)
+            return matrix_run.run()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for worker in pair:
+                worker.end()
+
+    def close(self) -> None:
+        if self._pair is not None:
+            for worker in self._pair:
+                worker.close()
+            self._pair = None
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -82,6 +82,7 @@ _LOCK_DIR = Path("/run/mutagrade-sandbox")  # root's own: a sandboxed process ca
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 _STDERR_TAIL = 64 * 1024
 _WORKDIR_PREFIX = "mutagrade-box-"
+_STAGED = Path("/grading")  # where a reused worker sees the submissions staged for it (bubblewrap)
 
 
 # ------------------------------------------------------------------------ modes, errors
@@ -985,6 +986,7 @@ class SandboxedWorker:
         self._claim = claim
         self._workdir = workdir
         self._closed = False
+        self._staged = 0
 
     @property
     def user(self) -> SandboxUser | None:
@@ -1007,6 +1009,32 @@ class SandboxedWorker:
         """Send ``data`` on the worker's stdin, read its stdout up to the output cap and the last
         64 KiB of its stderr, until it exits or ``timeout`` seconds pass (then it is killed)."""
         return _exchange(self.process, data, timeout=timeout, cap=self._limits.output_bytes, kill=self.close)
+
+    def stage(self, tests_dir: Path) -> Path:
+        """Copy a submission's tests in for a worker that grades one after another; the
+        folder as the worker sees it. With no sandbox, the tests themselves.
+
+        Raises:
+            SandboxError: if the submission holds more than the limits allow.
+        """
+        tests_dir = Path(tests_dir).absolute()
+        if self._workdir is None:
+            return tests_dir
+        self._staged += 1
+        name = f"job-{self._staged}"
+        dest = self._workdir / "tests" / name
+        try:
+            _copy_submission(tests_dir, dest, self._limits)
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        dest.chmod(0o755)
+        return self.tests / name
+
+    def unstage(self, staged: Path) -> None:
+        """Remove a staged submission (the next one never sees it)."""
+        if self._workdir is not None and staged.parent == self.tests:
+            shutil.rmtree(self._workdir / "tests" / staged.name, ignore_errors=True)
 
     def close(self) -> None:
         """Kill the worker's session and every process of its uid; free the user; remove the copy."""
@@ -1041,7 +1069,7 @@ class SandboxedWorker:
 def start_worker(
     *,
     mode: SandboxMode | str,
-    tests_dir: Path,
+    tests_dir: Path | None,
     package_dir: Path,
     readonly: Sequence[Path] = (),
     env: Mapping[str, str],
@@ -1052,7 +1080,9 @@ def start_worker(
 
     Args:
         mode: how much sandbox the run needs (``auto`` refuses without the always-on layers).
-        tests_dir: the submission's test files (copied; the worker reads the copy).
+        tests_dir: the submission's test files (copied; the worker reads the copy), or None
+            for a worker that grades one submission after another: each is copied in by
+            :meth:`SandboxedWorker.stage` (under bubblewrap they appear under ``/grading``).
         package_dir: the ``tinyllm`` package under test (visible read-only).
         readonly: other folders the tests may read (the shipped fixtures), visible read-only.
         env: the worker's environment (the sandbox adds TMPDIR and HOME).
@@ -1066,12 +1096,13 @@ def start_worker(
         SandboxError: if the submission is too large, or no sandbox user is free.
     """
     mode = SandboxMode(mode)
-    tests_dir = Path(tests_dir).absolute()
+    tests_dir = Path(tests_dir).absolute() if tests_dir is not None else None
     command = [sys.executable, "-P", "-m", "grader.worker"]  # -P: the tests' folder never shadows a module
     if mode is SandboxMode.NONE:
-        process = _popen(command, env=dict(env), cwd=tests_dir)
+        process = _popen(command, env=dict(env), cwd=tests_dir or Path("/"))
         return SandboxedWorker(
-            process, tests=tests_dir, hardening=WorkerSandbox(), limits=limits, layers=(Layer.SESSION, Layer.OUTPUT)
+            process, tests=tests_dir or Path("/"), hardening=WorkerSandbox(), limits=limits,
+            layers=(Layer.SESSION, Layer.OUTPUT),
         )
     status = check_mode(mode)
     bubblewrap = status.active(Layer.BUBBLEWRAP)
@@ -1089,7 +1120,7 @@ def start_worker(
         copy = workdir / "tests"
         if bubblewrap:
             tests, process = _start_in_bubblewrap(
-                command, claim.user, copy=copy, tests_dir=tests_dir,
+                command, claim.user, copy=copy, tests_dir=tests_dir or _STAGED,
                 readonly=[package_dir, *readonly], env=env, limits=limits, hidden=hidden,
             )
         else:
@@ -1106,12 +1137,16 @@ def start_worker(
     )
 
 
-def _make_workdir(tests_dir: Path, user: SandboxUser, limits: SandboxLimits) -> Path:
-    """A fresh folder: ``tests`` (the copy, root's, read-only to the user) and ``tmp`` (the
-    user's); the folder itself root's and the user's group's, closed to everyone else."""
+def _make_workdir(tests_dir: Path | None, user: SandboxUser, limits: SandboxLimits) -> Path:
+    """A fresh folder: ``tests`` (the copy, root's, read-only to the user; empty for a worker
+    that grades submissions one after another) and ``tmp`` (the user's); the folder itself
+    root's and the user's group's, closed to everyone else."""
     workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
     try:
-        _copy_submission(tests_dir, workdir / "tests", limits)
+        if tests_dir is not None:
+            _copy_submission(tests_dir, workdir / "tests", limits)
+        else:
+            (workdir / "tests").mkdir()
         (workdir / "tests").chmod(0o755)
         tmp = workdir / "tmp"
         tmp.mkdir(mode=0o700)

@@ -64,6 +64,7 @@ class JobSettings:
     test_timeout: float = 20.0  # one test, unless the run names its own limit
     memory_bytes: int = 2 * 1024**3
     conftests: bool = False  # load the tests' conftest.py files (trusted tests only)
+    private_tmp: bool = False  # the temporary folder is the worker's own: emptied between jobs
     sandbox: WorkerSandbox = field(default_factory=WorkerSandbox)
 
     def to_frame(self) -> bytes:

@@ -366,7 +366,7 @@ def _rewrite_once(tests: Path, config: Any) -> None:
     """
     from _pytest.assertion import rewrite
 
-    original = rewrite._rewrite_test
+    original = getattr(rewrite._rewrite_test, "__wrapped__", rewrite._rewrite_test)  # a job before set one
     cache: dict[str, tuple[bytes, types.CodeType]] = {}
 
     def cached(fn: Path, config: Any) -> tuple[bytes, types.CodeType]:
@@ -375,6 +375,7 @@ def _rewrite_once(tests: Path, config: Any) -> None:
             cache[key] = original(fn, config)
         return cache[key]
 
+    cached.__wrapped__ = original  # type: ignore[attr-defined]
     rewrite._rewrite_test = cached
     for path in sorted(tests.rglob("*.py")):
         if path.is_file() and not path.is_symlink():
@@ -621,9 +622,45 @@ def _prepare(job: JobSettings) -> _Session:
     return _Session(job)
 
 
+def _next_job(session: _Session, old: JobSettings, job: JobSettings) -> _Session:
+    """Set up for the next submission, in a worker that grades one after another: nothing of
+    the last one stays (its temporary files, its pytest configuration, its folder on the path)."""
+    session.config._ensure_unconfigure()
+    if old.private_tmp:
+        _empty(tempfile.gettempdir())
+    if old.tests in sys.path:
+        sys.path.remove(old.tests)
+    sys.path.insert(1, job.tests)
+    return _Session(job)
+
+
+def _empty(folder: str) -> None:
+    """Remove everything in ``folder``, whatever its permissions (it is all this uid's)."""
+    for entry in os.scandir(folder):
+        path = entry.path
+        if entry.is_dir(follow_symlinks=False):
+            try:
+                os.chmod(path, 0o700)  # a folder closed to its own owner is opened first
+            except OSError:
+                pass
+            for root, dirs, _ in os.walk(path):
+                for name in dirs:
+                    try:
+                        os.chmod(os.path.join(root, name), 0o700)
+                    except OSError:
+                        pass
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *, stdin: int = 0) -> None:
     """Run every run that arrives on ``stdin``, writing a result line to ``out`` as each ends;
-    each child applies ``hardening`` to itself after the fork."""
+    each child applies ``hardening`` to itself after the fork. A job frame, once the last job's
+    runs have all ended, sets the worker up for the next submission."""
     hardening = hardening or ChildHardening(settings=WorkerSandbox(), run_timeout=job.run_timeout)
     session = _prepare(job)
     # Everything made so far is shared with the children copy-on-write; freezing it keeps the
@@ -633,8 +670,14 @@ def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *
     running: dict[int, _Running] = {}
     selector = selectors.DefaultSelector()
     watching_input = False
+    waiting: list[JobSettings] = []  # the next job, once every run of this one has ended
     while reading or running:
-        want_input = reading and len(running) < max(1, job.jobs)
+        if waiting and not running:
+            following = waiting.pop()
+            session = _next_job(session, job, following)
+            job = following
+            gc.freeze()
+        want_input = reading and not waiting and len(running) < max(1, job.jobs)
         if want_input != watching_input:
             if want_input:
                 selector.register(stdin, selectors.EVENT_READ, None)
@@ -646,7 +689,7 @@ def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *
             timeout = min(timeout, max(0.0, min(c.deadline for c in running.values()) - time.monotonic()))
         for key, _ in selector.select(timeout=timeout):
             if key.data is None:
-                reading = _next_run(job, session, hardening, out, running, selector, stdin)
+                reading = _next_run(job, session, hardening, out, running, selector, stdin, waiting)
                 if not reading:
                     selector.unregister(stdin)
                     watching_input = False
@@ -660,9 +703,9 @@ def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *
 
 def _next_run(
     job: JobSettings, session: _Session, hardening: ChildHardening, out: Any,
-    running: dict[int, _Running], selector: selectors.BaseSelector, stdin: int,
+    running: dict[int, _Running], selector: selectors.BaseSelector, stdin: int, waiting: list[JobSettings],
 ) -> bool:
-    """Read one frame and start its run. Returns whether more frames may come."""
+    """Read one frame and start its run (or keep the next job). Returns whether more frames may come."""
     try:
         message = read_frame(stdin)
     except FrameError as exc:
@@ -670,6 +713,13 @@ def _next_run(
         return False
     if message is None or message.get("end"):
         return False
+    if "job" in message:
+        try:
+            waiting.append(JobSettings.from_message(message))
+        except (KeyError, TypeError) as exc:
+            sys.stderr.write(f"the job stream is broken: a job frame is malformed: {exc!r}\n")
+            return False
+        return True
     try:
         run = RunHeader.from_message(message)
     except (KeyError, TypeError) as exc:

@@ -1,0 +1,87 @@
+"""Warm workers kept for one grading after another: same reports as fresh workers, and nothing
+of one submission (its temporary files, its staged tests) reaches the next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.assignment import load_assignment
+from grader.grading import grade_suite
+from grader.models import Outcome, TestStatus
+from grader.paths import default_layout
+from grader.runner import WorkerPool
+
+LAYOUT = default_layout()
+ASSIGNMENT = load_assignment(LAYOUT.assignment)
+EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+
+LEAVES = '''
+import os
+
+
+def test_leaves_traces():
+    with open("/tmp/left-by-the-last-student.txt", "w") as f:
+        f.write("a secret")
+    os.makedirs("/tmp/closed/inner", exist_ok=True)
+    os.chmod("/tmp/closed/inner", 0)
+    os.chmod("/tmp/closed", 0)
+'''
+LOOKS = '''
+import os
+
+
+def test_finds_nothing_left():
+    # Only the runs' own folders (this one's, and another running beside it), nothing else.
+    assert [p for p in os.listdir("/tmp") if not p.startswith("run-")] == [], os.listdir("/tmp")
+    here = os.path.dirname(os.path.abspath(__file__))
+    assert sorted(os.listdir(os.path.dirname(here))) == [os.path.basename(here)]
+'''
+
+
+def _suite(folder: Path, body: str) -> Path:
+    folder.mkdir()
+    (folder / "test_suite.py").write_text(body)
+    return folder
+
+
+def _grade(tests: Path, pool: WorkerPool | None, **kwargs):
+    return grade_suite(tests, layout=LAYOUT, assignment=ASSIGNMENT, audience="staff", pool=pool, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def fresh_report():
+    return _grade(EXAMPLE, None)
+
+
+def _same(report, fresh) -> None:
+    assert report.passed and report.score == fresh.score
+    assert [(t.id, t.status, t.kills) for t in report.tests] == [(t.id, t.status, t.kills) for t in fresh.tests]
+
+
+def test_a_pool_grades_one_submission_after_another_as_fresh_workers_do(tmp_path, fresh_report):
+    with WorkerPool(layout=LAYOUT, limits=ASSIGNMENT.run_limits()) as pool:
+        first = _grade(EXAMPLE, pool)
+        workers = pool._pair
+        leaving = _grade(_suite(tmp_path / "a", LEAVES), pool, policy=False)
+        looking = _grade(_suite(tmp_path / "b", LOOKS), pool, policy=False)
+        again = _grade(EXAMPLE, pool)
+        assert pool._pair is workers  # the same two processes did all four
+    _same(first, fresh_report)
+    _same(again, fresh_report)
+    [left] = leaving.tests
+    assert left.outcomes["reference"] is Outcome.PASSED
+    [look] = looking.tests
+    assert look.status is TestStatus.VALID, look.reason  # no file, folder or staged tests of "a"
+
+
+def test_a_pool_replaces_its_workers_after_a_grading_that_went_wrong(tmp_path, fresh_report):
+    tight = ASSIGNMENT.model_copy(update={"limits": ASSIGNMENT.limits.model_copy(update={"budget_cpu_s": 2.0})})
+    burn = _suite(tmp_path / "burn", "def test_burns():\n    n = 0\n    for _ in range(10**9):\n        n += 1\n")
+    with WorkerPool(layout=LAYOUT, limits=tight.run_limits()) as pool:
+        stopped = grade_suite(burn, layout=LAYOUT, assignment=tight, pool=pool)
+        assert stopped.reasons[0].startswith("grading budget of 2 CPU s exceeded"), stopped.reasons
+        assert pool._pair is None or any(w.closed for w in pool._pair)
+        after = grade_suite(EXAMPLE, layout=LAYOUT, assignment=tight, audience="staff", pool=pool)
+    _same(after, fresh_report)
