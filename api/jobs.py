@@ -20,8 +20,9 @@ from grader.grading import GradingInputError, grade_suite
 from grader.journal import JournalFormatError, verify_journal
 from grader.models import JournalSummary
 from grader.paths import Layout, default_layout
+from grader.runner import WorkerPool
 
-__all__ = ["archive_limits", "grade_submission", "layout_of"]
+__all__ = ["archive_limits", "grade_submission", "layout_of", "make_pool"]
 
 
 def layout_of(settings: Settings) -> Layout:
@@ -34,7 +35,16 @@ def archive_limits(settings: Settings) -> ArchiveLimits:
     )
 
 
-def grade_submission(submission: Submission, *, settings: Settings, make_session: sessionmaker, worker: str) -> bool:
+def make_pool(settings: Settings) -> WorkerPool:
+    """Warm grading workers for one queue thread (started at its first job)."""
+    layout = layout_of(settings)
+    return WorkerPool(layout=layout, limits=load_assignment(layout.assignment).run_limits(settings.grade_jobs))
+
+
+def grade_submission(
+    submission: Submission, *, settings: Settings, make_session: sessionmaker, worker: str,
+    pool: WorkerPool | None = None,
+) -> bool:
     """Grade a claimed submission and store the outcome; returns whether it was stored.
 
     Bad input (an archive that no longer unpacks, a malformed journal) is stored as the
@@ -60,6 +70,7 @@ def grade_submission(submission: Submission, *, settings: Settings, make_session
                 jobs=settings.grade_jobs,
                 submission=f"submission {submission.id} ({submission.archive_name})",
                 full_matrix=bool(submission.full_matrix),
+                pool=pool,
             )
     except (ArchiveError, GradingInputError, JournalFormatError) as exc:
         with make_session() as session:

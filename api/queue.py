@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Protocol
 
@@ -18,11 +19,12 @@ from sqlalchemy.orm import sessionmaker
 
 from api import crud
 from api.config import Settings
-from api.jobs import grade_submission
+from api.jobs import grade_submission, make_pool
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
 log = logging.getLogger("mutagrade.queue")
+_POOL_IDLE_S = 10.0  # seconds without a job before a thread lets its warm workers go
 
 
 class Queue(Protocol):
@@ -81,18 +83,30 @@ class LocalQueue:
         return all(t.is_alive() for t in self._threads) and len(self._threads) == self.settings.workers
 
     def _loop(self, worker: str) -> None:
-        while not self._stopping.is_set():
-            try:
-                with self.make_session() as session:
-                    submission = crud.claim_next(session, worker=worker)
-                if submission is None:
-                    with self._wake:
-                        self._wake.wait(timeout=1.0)
-                    continue
-                grade_submission(submission, settings=self.settings, make_session=self.make_session, worker=worker)
-            except Exception:  # noqa: BLE001 - a broken job must not end the worker thread
-                log.exception("grading worker %s: unexpected error; continuing", worker)
-                self._stopping.wait(1.0)
+        # Each thread keeps two grading workers warm while jobs keep coming (a burst pays their
+        # start-up once), and lets them go, with their sandbox users, once it has been idle.
+        pool = make_pool(self.settings)
+        idle_since = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    with self.make_session() as session:
+                        submission = crud.claim_next(session, worker=worker)
+                    if submission is None:
+                        if time.monotonic() - idle_since > _POOL_IDLE_S:
+                            pool.close()
+                        with self._wake:
+                            self._wake.wait(timeout=1.0)
+                        continue
+                    grade_submission(submission, settings=self.settings, make_session=self.make_session,
+                                     worker=worker, pool=pool)
+                    idle_since = time.monotonic()
+                except Exception:  # noqa: BLE001 - a broken job must not end the worker thread
+                    log.exception("grading worker %s: unexpected error; continuing", worker)
+                    pool.close()
+                    self._stopping.wait(1.0)
+        finally:
+            pool.close()
 
 
 def make_queue(*, settings: Settings, make_session: sessionmaker) -> Queue:
