@@ -101,3 +101,18 @@ def test_an_attack_on_the_worker_fails_in_its_test_and_harms_nothing(attack, tmp
                          runs=[WorkerRun(variant="reference", source=REFERENCE)], hash_seed=1, limits=LIMITS)
     assert after.crashed == "" and after.collection_errors == ()
     assert [(r.test_id, r.outcome) for r in after.results] == [("test_attack.py::test_builds", Outcome.PASSED)]
+
+
+def test_the_worker_imports_neither_pydantic_nor_rich():
+    """The worker starts cold for every grading: its path is the standard library, numpy and
+    pytest only (grader.wire carries the job, not the pydantic models)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, grader.worker, _pytest.config, _pytest.main, _pytest.python, numpy\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'pydantic_core', 'rich'}))"
+    )
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=LAYOUT.root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
