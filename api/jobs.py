@@ -20,7 +20,7 @@ from grader.grading import GradingInputError, grade_suite
 from grader.journal import JournalFormatError, verify_journal
 from grader.models import JournalSummary
 from grader.paths import Layout, default_layout
-from grader.runner import WorkerPool
+from grader.matrix import WorkerPool
 
 __all__ = ["archive_limits", "grade_submission", "layout_of", "make_pool"]
 

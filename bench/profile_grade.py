@@ -30,7 +30,7 @@ from grader.assignment import load_assignment  # noqa: E402
 from grader.grading import grade_suite  # noqa: E402
 from grader.paths import default_layout  # noqa: E402
 from grader.report import RENDERERS, render  # noqa: E402
-from grader.runner import run_matrix  # noqa: E402
+from grader.matrix import run_matrix  # noqa: E402
 from grader.variants import build_variants  # noqa: E402
 from grader.wire import JobSettings  # noqa: E402
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from grader.assignment import Assignment
 from grader.grading import grade_suite
-from grader.runner import WorkerPool
+from grader.matrix import WorkerPool
 from grader.models import Report
 from grader.paths import Layout
 from grader.sandbox import SandboxMode, check_mode

@@ -27,7 +27,8 @@ from grader.golden import (
     torch_available,
 )
 from grader.paths import Layout
-from grader.runner import Matrix, RunLimits, run_matrix
+from grader.matrix import Matrix, run_matrix
+from grader.runner import RunLimits
 from grader.variants import Variant, VariantKind, build_variants
 
 __all__ = ["PROPERTIES", "CalibrationReport", "VariantCalibration", "calibrate", "render_text"]

@@ -17,7 +17,7 @@ from grader.launch import Launched
 from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
 from grader.policy import check_suite
-from grader.runner import WorkerPool, run_matrix
+from grader.matrix import WorkerPool, run_matrix
 from grader.sandbox import SandboxMode, check_mode
 from grader.scoring import score_suite, shown_ids
 from grader.variants import VariantKind, build_variants
@@ -72,7 +72,7 @@ def grade_suite(
             stopping each mutant's run at its first kill.
         launched: the grading's two workers, started ahead for ``tests_dir`` under ``sandbox``
             (:func:`grader.launch.launch_grading`); taken over and closed here, whatever happens.
-        pool: warm workers to grade with (a batch: :class:`grader.runner.WorkerPool`), instead
+        pool: warm workers to grade with (a batch: :class:`grader.matrix.WorkerPool`), instead
             of starting two for this grading.
 
     Returns:

@@ -87,7 +87,7 @@ class Launched:
 
 def launch_grading(*, layout: Layout, tests_dir: Path, mode: SandboxMode | str,
                    limits: SandboxLimits = SandboxLimits()) -> Launched:
-    """Start both workers of a grading of ``tests_dir`` (see :func:`grader.runner.run_matrix`).
+    """Start both workers of a grading of ``tests_dir`` (see :func:`grader.matrix.run_matrix`).
 
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine lacks.

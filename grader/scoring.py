@@ -21,7 +21,7 @@ from grader.models import (
     TestVerdict,
     Timing,
 )
-from grader.runner import Matrix
+from grader.matrix import Matrix
 from grader.variants import Variant, VariantKind
 
 __all__ = ["HIDDEN_HINT", "score_suite", "shown_ids", "student_view"]
@@ -93,7 +93,7 @@ def score_suite(
 
     Args:
         submission: what was graded (a path or a name), for the report.
-        matrix: the runs of :func:`grader.runner.run_matrix`.
+        matrix: the runs of :func:`grader.matrix.run_matrix`.
         variants: the variants the matrix was run on (the reference first).
         assignment: threshold and validity rules.
         audience: ``"student"`` hides hidden mutants; ``"staff"`` shows them.

@@ -18,7 +18,8 @@ from grader.assignment import load_assignment
 from grader.grading import grade_suite
 from grader.models import Outcome, TestStatus
 from grader.paths import default_layout
-from grader.runner import RunLimits, run_matrix
+from grader.matrix import run_matrix
+from grader.runner import RunLimits
 from grader.variants import build_variants
 
 LAYOUT = default_layout()

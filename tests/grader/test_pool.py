@@ -11,7 +11,7 @@ from grader.assignment import load_assignment
 from grader.grading import grade_suite
 from grader.models import Outcome, TestStatus
 from grader.paths import default_layout
-from grader.runner import WorkerPool
+from grader.matrix import WorkerPool
 
 LAYOUT = default_layout()
 ASSIGNMENT = load_assignment(LAYOUT.assignment)
