@@ -12,12 +12,12 @@ import os
 import socket
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 
 from api import crud
 from api.config import Settings, get_settings
 from api.db import make_engine, make_sessionmaker
-from api.jobs import grade_submission
+from api.jobs import grade_submission, make_pool
 
 __all__ = ["make_celery"]
 
@@ -58,9 +58,19 @@ def make_celery(settings: Settings | None = None) -> Celery:
             state["make_session"] = make_sessionmaker(make_engine(settings.database_url))
         return state["make_session"]
 
+    def pool():
+        if "pool" not in state:  # two grading workers kept warm by this process, from job to job
+            state["pool"] = make_pool(settings)
+        return state["pool"]
+
     @worker_process_init.connect(weak=False)
     def _fresh_engine(**_: object) -> None:
         state.clear()
+
+    @worker_process_shutdown.connect(weak=False)
+    def _stop_pool(**_: object) -> None:
+        if "pool" in state:
+            state["pool"].close()
 
     @app.task(name="mutagrade.grade", bind=True, max_retries=3, default_retry_delay=5)
     def grade(task, submission_id: int) -> str:
@@ -77,7 +87,8 @@ def make_celery(settings: Settings | None = None) -> Celery:
             raise task.retry(exc=exc) from exc
         if submission is None:
             return "skipped: done, or being graded by a live worker"
-        stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker)
+        stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
+                                  pool=pool())
         return "graded" if stored else "graded, but another worker's result stood"
 
     @app.task(name="mutagrade.golden", bind=True, max_retries=1)
