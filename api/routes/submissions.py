@@ -6,6 +6,7 @@ import math
 from typing import Annotated
 
 from fastapi import APIRouter, File, HTTPException, Query, Request, Response, UploadFile, status
+from starlette.concurrency import run_in_threadpool
 
 from api import crud
 from api.archive import ArchiveError, check_archive
@@ -59,13 +60,23 @@ async def create_submission(
         )
     try:
         data = await _read_capped(archive, settings.max_upload_bytes)
-        check_archive(data, archive_limits(settings))
     except ArchiveError as exc:
         raise HTTPException(exc.status, f"archive {archive.filename!r}: {exc}") from None
-    submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive")
-    request.app.state.queue.enqueue(submission.id)
-    response.headers["Location"] = f"/v1/submissions/{submission.id}"
-    return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
+
+    def store() -> SubmissionCreated:
+        # Unpacking the archive and writing it to the database block: they run in the thread
+        # pool, so a burst of uploads never holds up the event loop (and every other request).
+        try:
+            check_archive(data, archive_limits(settings))
+        except ArchiveError as exc:
+            raise HTTPException(exc.status, f"archive {archive.filename!r}: {exc}") from None
+        submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive")
+        request.app.state.queue.enqueue(submission.id)
+        return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
+
+    created = await run_in_threadpool(store)
+    response.headers["Location"] = f"/v1/submissions/{created.id}"
+    return created
 
 
 @router.get("", response_model=list[SubmissionPublic], responses=_ERRORS)
