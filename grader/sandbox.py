@@ -889,10 +889,20 @@ def _bwrap_args(
         args += ["--ro-bind", str(source), str(dest)]
         bound.append(dest)
         made.add(dest)
-    for path in hidden:
+    for path in _with_bytecode(hidden):
         args += ["--ro-bind", "/dev/null", str(path)]
     args += ["--chdir", str(chdir)]
     return args
+
+
+def _with_bytecode(hidden: Sequence[Path]) -> list[Path]:
+    """Each hidden source file and its compiled forms beside it (``__pycache__/NAME.*.pyc``):
+    bytecode gives the source away as well."""
+    files: list[Path] = []
+    for path in hidden:
+        files.append(path)
+        files += sorted(path.parent.joinpath("__pycache__").glob(f"{path.stem}.*.pyc"))
+    return files
 
 
 # ------------------------------------------------------------------------------ workdir

@@ -603,15 +603,24 @@ def _failed_start(job: JobSettings, run: RunHeader, why: str) -> dict[str, Any]:
     return {"run_id": run.run_id, "hash_seed": job.hash_seed, "crashed": why}
 
 
+def _import_common() -> None:
+    """What every run needs, whatever the job: imported by a worker as soon as it starts, while
+    the grader is still getting the job ready (pytest's own plugins and numpy's lazily loaded
+    parts among it: once here, not in every child)."""
+    import _pytest.config  # noqa: F401
+    import _pytest.main  # noqa: F401
+    import _pytest.python  # noqa: F401
+    import numpy  # noqa: F401
+    import numpy.random  # noqa: F401
+    import numpy.testing  # noqa: F401
+
+
 def _prepare(job: JobSettings) -> _Session:
     """Import once, before forking, what every child needs (children start warm), and
     configure pytest."""
     sys.path.insert(0, job.reference)
     sys.meta_path.insert(0, _OnlyUnder(job.reference))
-    import numpy  # noqa: F401
-    import numpy.random  # noqa: F401 - numpy loads these lazily; once here, not in every child
-    import numpy.testing  # noqa: F401
-
+    _import_common()
     for name in ("tinyllm.autograd.functional", "tinyllm.nn", "tinyllm.random", "tinyllm.rnn"):
         try:
             importlib.import_module(name)
@@ -771,11 +780,7 @@ def main() -> None:
     os.nice(max(0, NICENESS - os.nice(0)))
     # Import what every run needs before the job arrives: a worker started ahead of its job
     # (grader.runner.WorkerProcess) is then ready the moment the job comes.
-    import _pytest.config  # noqa: F401
-    import _pytest.main  # noqa: F401
-    import _pytest.python  # noqa: F401
-    import numpy  # noqa: F401
-
+    _import_common()
     try:
         message = read_frame(0)
         if message is None or "job" not in message:
@@ -791,6 +796,11 @@ def main() -> None:
         sys.exit(3)
     out = os.fdopen(os.dup(1), "w")
     serve(job, out, hardening)
+    # Every result is written and flushed; tearing the interpreter down (numpy, pytest) would
+    # only cost CPU that the other worker's runs could use.
+    out.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

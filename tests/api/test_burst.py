@@ -30,6 +30,8 @@ def busy_server(tmp_path: Path) -> Iterator[Server]:
     srv.start()
     yield srv
     srv.stop()
+    # Shown by pytest only if the test failed: what the server said while it was measured.
+    print(f"server log (last 5000 characters):\n{srv.log.read_text(errors='replace')[-5000:]}")
 
 
 def test_a_burst_is_graded_exactly_once_and_health_stays_fast(busy_server: Server, tmp_path: Path) -> None:

@@ -174,3 +174,24 @@ def test_grade_batch_writes_a_gradebook_and_survives_a_broken_submission(tmp_pat
     assert rows["carol"]["passed"] == "no" and "found no Python file" in rows["carol"]["problems"]
     assert json.loads((tmp_path / "r" / "alice.json").read_text())["passed"] is True
     assert "3 submissions graded, 1 passed" in done.stdout
+
+
+def test_the_installed_command_delivers_its_whole_output_and_exit_code(tmp_path):
+    """The console script ends its process without tearing the interpreter down: what it
+    wrote must still arrive whole, through a pipe and into a file, and the exit code stand."""
+    script = Path(sys.executable).with_name("mutagrade")
+    example = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    piped = subprocess.run([str(script), "grade", str(example), "--format", "json"],
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert piped.returncode == 0, piped.stderr
+    report = json.loads(piped.stdout)
+    assert report["passed"] is True and len(report["tests"]) == 10
+    with open(tmp_path / "out.txt", "w") as out:
+        into_file = subprocess.run([str(script), "variants", "list"], stdout=out, stderr=subprocess.PIPE,
+                                   text=True, timeout=60, env=env)
+    assert into_file.returncode == 0, into_file.stderr
+    assert (tmp_path / "out.txt").read_text().count("\n") == 18  # the header and 17 variants
+    refused = subprocess.run([str(script), "grade", str(tmp_path / "no-such-folder")],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2 and "no-such-folder" in refused.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import py_compile
 import re
 from pathlib import Path
 
@@ -187,11 +188,21 @@ def test_a_run_finds_only_its_own_variant_in_memory(tmp_path, sandbox):
 
 
 def test_the_reference_source_cannot_be_read_while_variants_are_graded(tmp_path):
+    # Its bytecode neither: `make` compiles the checkout ahead, and any import of the reference
+    # outside the sandbox may leave a .pyc beside it.
+    compiled = Path(py_compile.compile(str(LAYOUT.gru_source), doraise=True))
+    assert compiled.parent.name == "__pycache__" and compiled.stat().st_size > 0
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_peek.py").write_text(
-        f"def test_peek():\n    try:\n        with open({str(LAYOUT.gru_source)!r}) as f:\n            text = f.read()\n"
-        "    except OSError:\n        text = ''\n    assert text == ''\n"
+        "import glob\n\n"
+        "def test_peek():\n"
+        f"    paths = [{str(LAYOUT.gru_source)!r}, *glob.glob({str(compiled.parent)!r} + '/gru.*')]\n"
+        "    assert len(paths) >= 2\n"
+        "    for path in paths:\n"
+        "        try:\n            with open(path, 'rb') as f:\n                data = f.read()\n"
+        "        except OSError:\n            data = b''\n"
+        "        assert data == b'', path\n"
     )
     hidden = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=RunLimits(), hide_source=True)
     [run] = hidden.run([WorkerRun(variant="s02", source=VARIANTS[0].source)])
