@@ -55,3 +55,30 @@ def test_a_complete_students_package_runs(tmp_path):
     shutil.copytree(LAYOUT.reference / "tinyllm", impl / "tinyllm", ignore=shutil.ignore_patterns("__pycache__"))
     run = _run(tmp_path, impl)
     assert [r.outcome for r in run.results] == [Outcome.PASSED], run
+
+
+SEES = '''
+import importlib.util
+import sys
+
+
+def test_sees_only_what_it_is_given():
+    # The grader's other packages (the service, its configuration) are not importable from a
+    # test, and no import hook of the project's installation is in place.
+    assert importlib.util.find_spec("api") is None
+    assert not any("editable" in repr(finder).lower() for finder in sys.meta_path), sys.meta_path
+    assert sys.flags.no_site == 1  # no .pth file of the environment ran in this process
+'''
+
+
+@pytest.mark.parametrize("mode", [SandboxMode.NONE, SandboxMode.AUTO])
+def test_a_test_cannot_import_the_rest_of_the_grader(tmp_path, mode):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_sees.py").write_text(SEES)
+    [run] = run_suites(
+        layout=LAYOUT, tests_dir=tests,
+        runs=[WorkerRun(variant="reference", source=LAYOUT.gru_source.read_text())],
+        hash_seed=1, limits=RunLimits(sandbox=mode),
+    )
+    assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run
