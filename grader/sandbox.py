@@ -736,11 +736,7 @@ def _load_program(code: bytes) -> None:
     _libc_prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.addressof(buffer))
-    libc = _libc()
-    # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-    if libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(fprog), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        code_ = ctypes.get_errno()
-        raise SandboxError(f"prctl(PR_SET_SECCOMP): expected 0, got errno {code_} ({os.strerror(code_)})")
+    _libc_prctl(22, 2, ctypes.byref(fprog))  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
 def _probe_seccomp() -> tuple[bool, str]:
@@ -880,9 +876,10 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _libc_prctl(option: int, value: int) -> None:
-    libc = _libc()
-    if libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+def _libc_prctl(option: int, value: int, pointer: object = None) -> None:
+    """``prctl(option, value, pointer or 0, 0, 0)``, raising SandboxError if it fails."""
+    third = ctypes.c_ulong(0) if pointer is None else pointer
+    if _libc().prctl(option, ctypes.c_ulong(value), third, ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         code = ctypes.get_errno()
         raise SandboxError(f"prctl({option}, {value}): expected 0, got errno {code} ({os.strerror(code)})")
 

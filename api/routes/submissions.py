@@ -35,6 +35,10 @@ async def _read_capped(upload: UploadFile, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _refused(archive: UploadFile, exc: ArchiveError) -> HTTPException:
+    return HTTPException(exc.status, f"archive {archive.filename!r}: {exc}")
+
+
 @router.post(
     "",
     status_code=status.HTTP_202_ACCEPTED,
@@ -61,7 +65,7 @@ async def create_submission(
     try:
         data = await _read_capped(archive, settings.max_upload_bytes)
     except ArchiveError as exc:
-        raise HTTPException(exc.status, f"archive {archive.filename!r}: {exc}") from None
+        raise _refused(archive, exc) from None
 
     def store() -> SubmissionCreated:
         # Unpacking the archive and writing it to the database block: they run in the thread
@@ -69,7 +73,7 @@ async def create_submission(
         try:
             check_archive(data, archive_limits(settings))
         except ArchiveError as exc:
-            raise HTTPException(exc.status, f"archive {archive.filename!r}: {exc}") from None
+            raise _refused(archive, exc) from None
         submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive")
         request.app.state.queue.enqueue(submission.id)
         return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
