@@ -403,7 +403,7 @@ def _cmd_doctor(args: argparse.Namespace, layout: Layout) -> int:
     from grader.golden import device_in_use, torch_available
     from grader.sandbox import SandboxMode, sandbox_status
 
-    status = sandbox_status(fresh=True)
+    status = sandbox_status(fresh=True, describe=True)
     print(status.render())
     device, dtype = device_in_use()
     print(f"torch: {'installed' if torch_available() else 'not installed'}; live comparisons on {device} in {dtype}")

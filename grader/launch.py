@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.paths import Layout
-from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode, start_worker
+from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode, close_workers, start_worker
 
 __all__ = ["FIRST_HASH_SEED", "SECOND_HASH_SEED", "Launched", "launch_grading", "launch_worker", "worker_env"]
 
@@ -81,8 +81,7 @@ class Launched:
     seed_two: SandboxedWorker
 
     def close(self) -> None:
-        for worker in (self.seed_one, self.seed_two):
-            worker.close()
+        close_workers((self.seed_one, self.seed_two))
 
 
 def launch_grading(*, layout: Layout, tests_dir: Path, mode: SandboxMode | str,

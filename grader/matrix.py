@@ -14,14 +14,15 @@ another.
 from __future__ import annotations
 
 import queue
+from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from grader.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
 from grader.models import Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.paths import Layout
-from grader.runner import RunLimits, WorkerProcess, _Result, _silence_limit
+from grader.runner import RunLimits, WorkerProcess, _Result, _silence_limit, close_all
 from grader.sandbox import SandboxMode
 from grader.variants import Variant, VariantKind
 
@@ -75,23 +76,34 @@ def _needs_confirmation(run: SuiteRun, test_id: str) -> bool:
     return bool(run.crashed) or run.outcome(test_id) in (Outcome.TIMEOUT, Outcome.MISSING)
 
 
-def _time_limits(reference: SuiteRun, tests: Sequence[str], limits: RunLimits) -> dict[str, float]:
-    """Each test's limit away from the reference: ``factor ×`` its time there, at least the
-    floor, at most the test limit."""
-    took = {r.test_id: r.duration for r in reference.results}
+def _passed(run: SuiteRun) -> list[str]:
+    return [r.test_id for r in run.results if r.outcome is Outcome.PASSED]
+
+
+def _time_limits(references: Sequence[SuiteRun], tests: Sequence[str], limits: RunLimits) -> dict[str, float]:
+    """Each test's limit away from the reference: ``factor ×`` its (slowest) time there, at
+    least the floor, at most the test limit."""
+    took: dict[str, float] = {}
+    for reference in references:
+        for r in reference.results:
+            took[r.test_id] = max(took.get(r.test_id, 0.0), r.duration)
     return {
         test: round(min(limits.test_timeout, max(limits.timeout_floor, limits.timeout_factor * took.get(test, 0.0))), 3)
         for test in tests
     }
 
 
-def _fill(run: SuiteRun, test_ids: Sequence[str], why: str) -> SuiteRun:
-    """``run`` with an outcome for every test of the suite: the ones it did not run are
-    NOT_RUN, with ``why``."""
+def _fill(run: SuiteRun, test_ids: Sequence[str], why: Callable[[str], str | None]) -> SuiteRun:
+    """``run`` with the suite's tests in order, and the ones it did not run NOT_RUN with
+    ``why(test_id)`` (left out, so MISSING, where that is None: it should have run)."""
     have = {r.test_id: r for r in run.results}
-    results = tuple(have.get(t) or TestOutcome(test_id=t, outcome=Outcome.NOT_RUN, message=why) for t in test_ids)
+    results = []
+    for test_id in test_ids:
+        reason = None if test_id in have else why(test_id)
+        if test_id in have or reason is not None:
+            results.append(have.get(test_id) or TestOutcome(test_id=test_id, outcome=Outcome.NOT_RUN, message=reason))
     extra = tuple(r for r in run.results if r.test_id not in set(test_ids))
-    return run.model_copy(update={"results": results + extra})
+    return run.model_copy(update={"results": tuple(results) + extra})
 
 
 def _merge(earlier: SuiteRun, later: SuiteRun) -> SuiteRun:
@@ -143,6 +155,7 @@ class _MatrixRun:
         self.limits = limits
         self.full_matrix = full_matrix
         self.owns = pooled is None  # a pool's workers outlive this grading, unless it goes wrong
+        self.launched = launched  # started by the caller, who also closes them
         self.results: queue.Queue[_Result] = pooled[0].results if pooled else queue.Queue()
         self.budget = _Budget(limits.cpu_budget)
         self.first: dict[str, SuiteRun] = {}
@@ -150,17 +163,21 @@ class _MatrixRun:
         self.stop: BudgetStop | None = None
         self.in_flight = 0
         self.received = 0
-        self.passing: list[str] = []  # passed on the reference (first hash seed)
+        self.slots = max(1, limits.jobs)  # runs at once, over both workers
+        self.pending: deque[WorkerRun] = deque()  # decided, waiting for a free slot
+        self.busy: dict[int, int] = {}  # runs in flight, by worker (id)
+        self.ready: set[int] = set()  # the workers that have reported a run: set up and waiting
+        self.passing: list[str] = []  # passed on the reference under both hash seeds
         self.valid: list[str] = []  # ... and on every wheat: the tests the mutants are run with
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
-        # Two workers under two hash seeds: the second runs the reference only, alongside the
-        # first, so that a test whose result depends on the hash seed shows up as flaky.
+        # Two workers under two hash seeds, each running the reference at once, so that a test
+        # whose result depends on the hash seed shows up as flaky; then both run what follows.
         if pooled is not None:
             self.seed_one, self.seed_two = pooled
             return
         try:
             self.seed_two = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=SECOND_HASH_SEED,
-                                          limits=replace(limits, jobs=1), results=self.results, hide_source=True,
+                                          limits=limits, results=self.results, hide_source=True,
                                           started=launched.seed_two if launched else None)
             try:
                 self.seed_one = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=FIRST_HASH_SEED,
@@ -177,20 +194,42 @@ class _MatrixRun:
     def close(self) -> None:
         """Stop both workers (whatever they were doing: what they never reported comes back
         crashed)."""
-        for worker in (self.seed_one, self.seed_two):
-            worker.close()
+        close_all((self.seed_one, self.seed_two))
 
     def release(self) -> None:
-        """The grading is over: its own workers are stopped; a pool's are left for the next."""
-        if self.owns:
+        """The grading is over: its own workers are stopped; a pool's are left for the next.
+        Workers the caller launched are only killed here: the caller, which closes them, waits
+        for them to be gone once its report is out, while they go down alongside."""
+        if not self.owns:
+            return
+        if self.launched is not None:
+            for worker in (self.seed_one, self.seed_two):
+                worker.sandbox.kill()
+        else:
             self.close()
 
-    def _send(self, worker: WorkerProcess, run: WorkerRun, *, floor: float | None = None) -> None:
-        worker.submit(run, cpu_budget=self.budget.left(), timeout_floor=floor)
+    def _send_to(self, worker: WorkerProcess, run: WorkerRun) -> None:
+        worker.submit(run, cpu_budget=self.budget.left())
         self.in_flight += 1
+        self.busy[id(worker)] = self.busy.get(id(worker), 0) + 1
 
-    def _wait(self) -> _Result | None:
-        """The next result; None once the budget has run out (everything is then stopped)."""
+    def _send(self, run: WorkerRun) -> None:
+        """Run ``run`` on whichever worker is free first."""
+        self.pending.append(run)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand waiting runs out while a slot is free: to a worker known to be set up (the
+        one with fewer runs in flight), or to the first-seed worker while neither has
+        reported yet."""
+        while self.pending and self.stop is None and self.in_flight < self.slots:
+            ready = [w for w in (self.seed_one, self.seed_two) if id(w) in self.ready]
+            worker = min(ready, key=lambda w: self.busy.get(id(w), 0)) if ready else self.seed_one
+            self._send_to(worker, self.pending.popleft())
+
+    def _wait(self) -> _Result:
+        """The next result (once the budget has run out, everything is stopped and what was
+        running comes back as it is)."""
         while True:
             try:
                 item = self.results.get(timeout=_silence_limit(self.limits))
@@ -199,6 +238,8 @@ class _MatrixRun:
                 continue
             self.in_flight -= 1
             self.received += 1
+            self.busy[id(item.worker)] -= 1
+            self.ready.add(id(item.worker))
             stop = self.budget.charge(item.run)
             if stop is not None and self.stop is None:
                 self.stop = stop
@@ -209,64 +250,65 @@ class _MatrixRun:
         reference = next(v for v in self.variants.values() if v.kind is VariantKind.REFERENCE)
         wheats = [v for v in self.variants.values() if v.kind is VariantKind.WHEAT]
         mutants = [v for v in self.variants.values() if v.kind is VariantKind.MUTANT]
-        self._send(self.seed_two, WorkerRun(variant=reference.id, source=reference.source))
-        self._send(self.seed_one, WorkerRun(variant=reference.id, source=reference.source))
-        if self.owns:
-            self.seed_two.finish()
-        ref_run: SuiteRun | None = None
-        waiting_wheats: set[str] = set()
+        # The reference under both hash seeds at once, one run in each worker.
+        for worker in (self.seed_two, self.seed_one):
+            self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source))
+        references: dict[int, SuiteRun] = {}  # by hash seed
+        waiting_wheats: set[str] | None = None  # None: not sent yet
         mutants_sent = False
-        test_ids: list[str] = []
-        passing: list[str] = []
-        limits: dict[str, float] = {}
-        while self.in_flight:
+        while self.in_flight or (self.pending and self.stop is None):
             item = self._wait()
             run = item.run
             if self.stop is not None:
-                self._keep(run, item.worker)
+                self._keep(run, item.worker, reference.id)
                 continue
-            if item.worker is self.seed_two:
-                self.second[run.variant] = run
-                continue
-            if run.variant == reference.id and ref_run is None:
-                ref_run = run
-                self.first[run.variant] = run
-                test_ids = run.test_ids
-                passing = [r.test_id for r in run.results if r.outcome is Outcome.PASSED]
-                self.passing = passing
-                limits = _time_limits(run, passing, self.limits)
-                self.time_limits = limits
-                if passing:
-                    for wheat in wheats:
-                        self._send(self.seed_one, WorkerRun(variant=wheat.id, source=wheat.source,
-                                                            select=passing, time_limits=limits))
-                        waiting_wheats.add(wheat.id)
-            elif run.variant in waiting_wheats:
+            if run.variant == reference.id and run.attempt == 1 and item.worker.hash_seed not in references:
+                references[item.worker.hash_seed] = run
+                (self.second if item.worker is self.seed_two else self.first)[reference.id] = run
+                if waiting_wheats is None:
+                    # The first reference run in: the wheats need not wait for the other, and
+                    # run with the tests that passed it (one failing under the other hash seed
+                    # is flaky, and counts for nothing either way).
+                    waiting_wheats = set()
+                    passing = _passed(run)
+                    if passing:
+                        limits = _time_limits([run], passing, self.limits)
+                        for wheat in wheats:
+                            self._send(WorkerRun(variant=wheat.id, source=wheat.source, select=passing,
+                                                 time_limits=limits))
+                            waiting_wheats.add(wheat.id)
+            elif waiting_wheats is not None and run.variant in waiting_wheats:
                 waiting_wheats.discard(run.variant)
-                self.first[run.variant] = _fill(run, test_ids, "not run: wrong on the reference")
+                self.first[run.variant] = run
             else:
                 self._mutant_result(run)
-            if ref_run is not None and not waiting_wheats and not mutants_sent:
+            if len(references) == 2 and waiting_wheats == set() and not mutants_sent:
                 mutants_sent = True
-                valid = [t for t in passing
-                         if all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
-                if valid:
-                    for mutant in mutants:
-                        self._send(self.seed_one, WorkerRun(
-                            variant=mutant.id, source=mutant.source, select=valid,
-                            time_limits={t: limits[t] for t in valid},
-                            stop_at_first_kill=not self.full_matrix, brief=True,
-                        ))
-                self.valid = valid
-            if mutants_sent and self.in_flight == 0:
-                break
+                self._send_mutants(list(references.values()), wheats, mutants)
+            self._dispatch()
         self.release()
-        return self._matrix(test_ids, wheats, mutants)
+        return self._matrix(wheats, mutants)
 
-    def _keep(self, run: SuiteRun, worker: WorkerProcess) -> None:
+    def _send_mutants(self, references: list[SuiteRun], wheats: list[Variant], mutants: list[Variant]) -> None:
+        """Both reference runs and every wheat are in: run the mutants with the tests that
+        passed all of them, each under a limit from the test's slower time on the reference."""
+        both = set(_passed(references[0])) & set(_passed(references[1]))
+        self.passing = [t for t in self.first["reference"].test_ids if t in both]
+        self.valid = [t for t in self.passing
+                      if all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
+        self.time_limits = _time_limits(references, self.passing, self.limits)
+        if self.valid:
+            for mutant in mutants:
+                self._send(WorkerRun(
+                    variant=mutant.id, source=mutant.source, select=self.valid,
+                    time_limits={t: self.time_limits[t] for t in self.valid},
+                    stop_at_first_kill=not self.full_matrix, brief=True,
+                ))
+
+    def _keep(self, run: SuiteRun, worker: WorkerProcess, reference: str) -> None:
         """After the budget ran out: keep what came back, as it is."""
-        target = self.second if worker is self.seed_two or run.attempt == 2 else self.first
-        target.setdefault(run.variant, run)
+        second = run.attempt == 2 or (run.variant == reference and worker is self.seed_two)
+        (self.second if second else self.first).setdefault(run.variant, run)
 
     def _mutant_result(self, run: SuiteRun) -> None:
         variant = self.variants[run.variant]
@@ -279,7 +321,7 @@ class _MatrixRun:
                     and r.test_id in self.valid]
             if unconfirmed and len(unconfirmed) == len([r for r in first.results if r.outcome.kills]) and rest:
                 # Its only kill did not hold up: carry on with the tests it stopped before.
-                self._send(self.seed_one, WorkerRun(
+                self._send(WorkerRun(
                     variant=variant.id, source=variant.source, select=rest, attempt=3,
                     time_limits={t: self.time_limits[t] for t in rest}, stop_at_first_kill=not self.full_matrix,
                     brief=True,
@@ -292,44 +334,47 @@ class _MatrixRun:
         self.first[run.variant] = run
         doubtful = [r.test_id for r in run.results if r.outcome.kills and _needs_confirmation(run, r.test_id)]
         if doubtful:
-            self._send(self.seed_one, WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
+            self._send(WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
                                                 time_limits={t: self.time_limits[t] for t in doubtful}, attempt=2,
                                                 brief=True))
 
-    def _explain(self, run: SuiteRun) -> SuiteRun:
-        """A mutant's run with every test of the suite, each one not run saying why."""
-        passing = set(self.passing)
-        results = {r.test_id: r for r in run.results}
-        filled = []
-        for test_id in self.first["reference"].test_ids:
-            result = results.get(test_id)
-            if result is not None and result.outcome is not Outcome.NOT_RUN:
-                filled.append(result)
-                continue
-            if test_id not in passing:
-                why = "not run: wrong on the reference"
-            elif test_id not in self.valid:
-                why = "not run: brittle (fails on a correct implementation)"
-            else:
-                why = "not run: the mutant was already killed by an earlier test"
-            filled.append(TestOutcome(test_id=test_id, outcome=Outcome.NOT_RUN, message=why))
-        return run.model_copy(update={"results": tuple(filled)})
+    def _explain(self, run: SuiteRun, kind: VariantKind = VariantKind.MUTANT) -> SuiteRun:
+        """A wheat's or mutant's run with every test of the suite, each one not run saying why."""
+        results = tuple(r for r in run.results if r.outcome is not Outcome.NOT_RUN)
+        return _fill(run.model_copy(update={"results": results}), self.first["reference"].test_ids,
+                     lambda test_id: self._why_not_run(test_id, kind))
+
+    def _why_not_run(self, test_id: str, kind: VariantKind) -> str | None:
+        references = [r for r in (self.first.get("reference"), self.second.get("reference")) if r is not None]
+        passed = [r.outcome(test_id) is Outcome.PASSED for r in references]
+        if any(passed) and not all(passed):
+            return "not run: flaky (passed on the reference under one hash seed only)"
+        if not all(passed):
+            return "not run: wrong on the reference"
+        if self.stop is not None:
+            return "not run: the grading budget ran out"
+        if kind is VariantKind.WHEAT:
+            return None  # every such test was run on the wheats: what it never reported is missing
+        if test_id not in self.valid:
+            return "not run: brittle (fails on a correct implementation)"
+        return "not run: the mutant was already killed by an earlier test"
 
     @staticmethod
     def _confirmed(first: SuiteRun, second: SuiteRun, test_id: str) -> bool:
         return not _needs_confirmation(first, test_id) or second.outcome(test_id).kills
 
-    def _matrix(self, test_ids: list[str], wheats: list[Variant], mutants: list[Variant]) -> Matrix:
+    def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
+        reference = self.first.get("reference")
+        test_ids = reference.test_ids if reference is not None else []
         for variant in [*wheats, *mutants]:
-            if variant.id in self.first or not test_ids:
-                continue
-            empty = SuiteRun(variant=variant.id, hash_seed=FIRST_HASH_SEED)
-            if self.stop is not None:
-                self.first[variant.id] = _fill(empty, test_ids, "not run: the grading budget ran out")
-            elif variant.kind is VariantKind.MUTANT:
-                self.first[variant.id] = self._explain(empty)  # no test was valid: each says why
-            else:
-                self.first[variant.id] = _fill(empty, test_ids, "not run: wrong on the reference")
+            if not test_ids:
+                break
+            run = self.first.get(variant.id)
+            if run is None or variant.kind is VariantKind.WHEAT:
+                # A variant not run (no test was valid, or the budget ran out), or a wheat's
+                # tests not run: each says why.
+                empty = SuiteRun(variant=variant.id, hash_seed=FIRST_HASH_SEED)
+                self.first[variant.id] = self._explain(run or empty, variant.kind)
         return Matrix(first=self.first, second=self.second, budget_stop=self.stop,
                       cpu_s=round(self.budget.spent, 3), runs=self.received)
 
@@ -430,8 +475,7 @@ class WorkerPool:
 
     def close(self) -> None:
         if self._pair is not None:
-            for worker in self._pair:
-                worker.close()
+            close_all(self._pair)
             self._pair = None
 
     def __enter__(self) -> WorkerPool:

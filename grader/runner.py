@@ -19,15 +19,16 @@ import queue
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
+from grader.codecache import variant_code
 from grader.launch import launch_worker
 from grader.models import SuiteRun, WorkerRun
 from grader.paths import Layout
-from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode
+from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode, close_workers
 from grader.wire import JobSettings, RunHeader, encode_frame
 
-__all__ = ["RunLimits", "WorkerProcess", "run_suites"]
+__all__ = ["RunLimits", "WorkerProcess", "close_all", "run_suites"]
 
 _STDERR_TAIL = 64 * 1024
 _SILENCE_SLACK = 30.0  # seconds past a run's own limit before a silent worker is given up
@@ -114,6 +115,7 @@ class WorkerProcess:
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
         self._stderr = bytearray()
         self._finished = False
+        self._gone = ""  # why the worker stopped answering, once it has
         self._staged: Path | None = None
         self.closed = False
         if self.tests_dir is not None:
@@ -163,17 +165,22 @@ class WorkerProcess:
 
     def submit(self, run: WorkerRun, *, cpu_budget: float | None = None, timeout_floor: float | None = None) -> None:
         """Send one run: its frame names it by a number only, and its source follows for the
-        run's child to read."""
+        run's child to read, then its code compiled ahead (:mod:`grader.codecache`)."""
         source = run.source.encode("utf-8")
+        code = variant_code(run.source) or b""
         with self._lock:
             if self._finished:
                 raise RuntimeError("the worker was told no more runs would come")
+            if self._gone:  # nobody will answer: the run comes back crashed at once
+                self.results.put(_Result(self, self._lost(run, self._gone)))
+                return
             run_id = self._next_id
             self._next_id += 1
             self._outstanding[run_id] = run
         header = RunHeader(
             run_id=run_id,
             source_bytes=len(source),
+            code_bytes=len(code),
             select=run.select,
             tests=run.tests,
             time_limits=run.time_limits,
@@ -182,7 +189,7 @@ class WorkerProcess:
             cpu_budget=cpu_budget,
             timeout_floor=timeout_floor if timeout_floor is not None else self.limits.timeout_floor,
         )
-        self._outbox.put(header.to_frame() + source)
+        self._outbox.put(header.to_frame() + source + code)
 
     def finish(self) -> None:
         """Say that no more runs will come: the worker exits once the last one has ended."""
@@ -247,19 +254,20 @@ class WorkerProcess:
         try:
             return SuiteRun.model_validate({**data, "variant": run.variant, "attempt": run.attempt})
         except ValueError:
-            return SuiteRun(variant=run.variant, hash_seed=self.hash_seed, attempt=run.attempt,
-                            crashed="the worker reported this run in a malformed line")
+            return self._lost(run, "the worker reported this run in a malformed line")
 
     def _report_lost(self, problem: str) -> None:
         stderr = self._stderr.decode(errors="replace").strip().splitlines()
         detail = f": {stderr[-1]}" if stderr else ""
         with self._lock:
+            self._gone = f"{problem} without reporting this run{detail}"
             lost = list(self._outstanding.values())
             self._outstanding.clear()
         for run in lost:
-            crashed = f"{problem} without reporting this run{detail}"
-            self.results.put(_Result(self, SuiteRun(variant=run.variant, hash_seed=self.hash_seed,
-                                                    attempt=run.attempt, crashed=crashed)))
+            self.results.put(_Result(self, self._lost(run, self._gone)))
+
+    def _lost(self, run: WorkerRun, why: str) -> SuiteRun:
+        return SuiteRun(variant=run.variant, hash_seed=self.hash_seed, attempt=run.attempt, crashed=why)
 
     def _stderr_loop(self) -> None:
         stderr = self.process.stderr
@@ -305,6 +313,14 @@ class WorkerProcess:
         user and remove the private copy of the tests."""
         self.closed = True
         self.sandbox.close()
+
+
+def close_all(workers: Iterable[WorkerProcess]) -> None:
+    """Close several workers, all going down at once (:func:`grader.sandbox.close_workers`)."""
+    workers = list(workers)
+    for worker in workers:
+        worker.closed = True
+    close_workers(w.sandbox for w in workers)
 
 
 def _silence_limit(limits: RunLimits) -> float:

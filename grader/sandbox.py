@@ -186,18 +186,20 @@ class SandboxStatus:
         return "\n".join(self.lines())
 
 
-def sandbox_status(*, fresh: bool = False) -> SandboxStatus:
+def sandbox_status(*, fresh: bool = False, describe: bool = False) -> SandboxStatus:
     """Which layers this machine offers. Probing runs bubblewrap once; the answer is kept for
-    the life of the process unless ``fresh``."""
+    the life of the process unless ``fresh``. ``describe`` (the doctor's) also says how each
+    layer is set up, at a cost every grading would pay: bubblewrap's version, and whether the
+    children's allow-list installs here (a throwaway child tries it)."""
     if fresh:
         _detect.cache_clear()
-    return _detect()
+    return _detect(describe)
 
 
 def doctor_lines() -> list[str]:
     """The sandbox's part of ``mutagrade doctor``: every layer, on or off and why, and whether
     modes ``auto`` and ``strict`` can run here."""
-    return sandbox_status(fresh=True).lines()
+    return sandbox_status(fresh=True, describe=True).lines()
 
 
 def check_mode(mode: SandboxMode | str) -> SandboxStatus:
@@ -221,10 +223,10 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
 
 
 @functools.cache
-def _detect() -> SandboxStatus:
+def _detect(describe: bool = False) -> SandboxStatus:
     users = sandbox_users()
-    seccomp_ok, seccomp_detail = _probe_seccomp()
-    bwrap_ok, bwrap_detail = _probe_bubblewrap(users[0] if users else None)
+    seccomp_ok, seccomp_detail = _probe_seccomp(describe)
+    bwrap_ok, bwrap_detail = _probe_bubblewrap(users[0] if users else None, describe)
     uid_ok, uid_detail = _probe_users(users, bwrap_ok)
     limits = SandboxLimits()
     layers = (
@@ -739,7 +741,7 @@ def _load_program(code: bytes) -> None:
     _libc_prctl(22, 2, ctypes.byref(fprog))  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
-def _probe_seccomp() -> tuple[bool, str]:
+def _probe_seccomp(describe: bool = True) -> tuple[bool, str]:
     if not Path("/proc/self/status").read_text().count("Seccomp:"):
         return False, "the kernel has no seccomp support"
     try:
@@ -750,8 +752,10 @@ def _probe_seccomp() -> tuple[bool, str]:
     if level < 1:
         return False, f"libseccomp found, but the kernel offers no seccomp filters (API level {level})"
     version = lib.seccomp_version().contents
-    why_not = _probe_allow_list(lib)
-    if why_not:
+    why_not = _probe_allow_list(lib) if describe else None
+    if why_not is None:
+        children = "in each child the allow-list where it installs, else the deny-list (mutagrade doctor says which)"
+    elif why_not:
         children = (
             "in each child the deny-list: no fork or exec, no signal to any other process (the allow-list "
             f"could not be installed here: {why_not})"
@@ -896,7 +900,7 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=_SYSTEM_PATH)
 
 
-def _probe_bubblewrap(user: SandboxUser | None) -> tuple[bool, str]:
+def _probe_bubblewrap(user: SandboxUser | None, describe: bool = True) -> tuple[bool, str]:
     bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
     if bwrap is None:
         return False, "bwrap not found; install the Debian package bubblewrap"
@@ -913,7 +917,7 @@ def _probe_bubblewrap(user: SandboxUser | None) -> tuple[bool, str]:
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
         return False, f"{bwrap} fails here: {why[0]}"
-    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() if describe else ""
     return True, (
         f"{version or bwrap}: new pid, net, ipc, uts and mount namespaces; system read-only; only the "
         "interpreter, the worker's code, the package under test and the submission's copy visible; private /tmp"
@@ -1129,15 +1133,19 @@ class SandboxedWorker:
         if self._workdir is not None and staged.parent == self.tests:
             shutil.rmtree(self._workdir / "tests" / staged.name, ignore_errors=True)
 
+    def kill(self) -> None:
+        """Kill the worker's session now, without waiting (:meth:`close` does the rest)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def close(self) -> None:
         """Kill the worker's session and every process of its uid; free the user; remove the copy."""
         if self._closed:
             return
         self._closed = True
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        self.kill()
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
@@ -1157,6 +1165,17 @@ class SandboxedWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def close_workers(workers: Iterable[SandboxedWorker]) -> None:
+    """Close several workers: each one's session is killed first, so that they all go down
+    at once rather than one after another."""
+    workers = list(workers)
+    for worker in workers:
+        if not worker._closed:
+            worker.kill()
+    for worker in workers:
+        worker.close()
 
 
 def start_worker(

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = [
+    "VARIANT_FILENAME",
     "FrameError",
     "JobSettings",
     "RunHeader",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 _LENGTH = struct.Struct(">I")
+# The one file name every variant is compiled under: a run cannot tell which one it has.
+VARIANT_FILENAME = "tinyllm/rnn/gru.py"
 _FRAME_CAP = 16 * 1024 * 1024  # a header is small; anything larger is a broken stream
 
 
@@ -79,10 +82,12 @@ class JobSettings:
 
 @dataclass(frozen=True)
 class RunHeader:
-    """A run's frame: which tests, under which limits; its source follows as raw bytes."""
+    """A run's frame: which tests, under which limits; its source follows as raw bytes, then
+    its code (see :mod:`grader.codecache`)."""
 
     run_id: int
     source_bytes: int
+    code_bytes: int = 0  # the source compiled (marshalled), following it; 0: the child compiles it
     select: list[str] | None = None  # node ids to run, in collection order; None runs all
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
     time_limits: dict[str, float] | None = None  # test id -> seconds, overriding test_timeout

@@ -24,6 +24,7 @@ import gc
 import importlib
 import json
 import linecache
+import marshal
 import os
 import resource
 import selectors
@@ -40,12 +41,10 @@ from typing import Any
 import pytest
 
 from grader.sandbox import ChildHardening, SandboxError, harden_worker
-from grader.wire import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
+from grader.wire import VARIANT_FILENAME, FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
 
 __all__ = ["NICENESS", "VARIANT_FILENAME", "install_variant", "serve"]
 
-# The one file name every variant is compiled under.
-VARIANT_FILENAME = "tinyllm/rnn/gru.py"
 NICENESS = 10  # at least this nice: grading yields the CPU to the service it runs beside
 _MESSAGE_CAP = 2000
 _PIPE_CAP = 4 * 1024 * 1024  # bytes a child may report before it is cut off
@@ -220,8 +219,9 @@ class _OnlyUnder:
         return spec
 
 
-def install_variant(source: str) -> types.ModuleType:
-    """Make ``source`` the module ``tinyllm.rnn.gru``, compiled under :data:`VARIANT_FILENAME`."""
+def install_variant(source: str, code: bytes = b"") -> types.ModuleType:
+    """Make ``source`` the module ``tinyllm.rnn.gru``, compiled under :data:`VARIANT_FILENAME`
+    (``code``: the same, compiled ahead by the grader and marshalled)."""
     import tinyllm.rnn
 
     module = types.ModuleType("tinyllm.rnn.gru")
@@ -229,11 +229,20 @@ def install_variant(source: str) -> types.ModuleType:
     module.__package__ = "tinyllm.rnn"
     # Tracebacks read source through linecache: give it the variant's text.
     linecache.cache[VARIANT_FILENAME] = (len(source), None, source.splitlines(True), VARIANT_FILENAME)
-    code = compile(source, VARIANT_FILENAME, "exec", dont_inherit=True)
+    compiled = _loaded(code) or compile(source, VARIANT_FILENAME, "exec", dont_inherit=True)
     sys.modules["tinyllm.rnn.gru"] = module
-    exec(code, module.__dict__)
+    exec(compiled, module.__dict__)
     tinyllm.rnn.gru = module  # type: ignore[attr-defined]
     return module
+
+
+def _loaded(code: bytes) -> types.CodeType | None:
+    """The code the grader compiled ahead, if it is a variant's module code."""
+    try:
+        loaded = marshal.loads(code) if code else None
+    except (EOFError, ValueError, TypeError):
+        return None
+    return loaded if isinstance(loaded, types.CodeType) and loaded.co_filename == VARIANT_FILENAME else None
 
 
 class _Session:
@@ -256,6 +265,9 @@ class _Session:
             job.tests,
             "-c", os.devnull,  # no ini file of the submission's is read
             "--rootdir", job.tests,
+            # Nothing above the tests is collected, not even looked at: without this pytest
+            # walks down from the file system's root, listing every folder on the way.
+            "--confcutdir", job.tests,
             "--import-mode=importlib",
             "--capture=no",  # the child's output already goes nowhere
             *(() if job.conftests else ("--noconftest",)),
@@ -274,6 +286,7 @@ class _Session:
         clock = [time.perf_counter()]
         os.setpgid(0, 0)
         source = read_exact(0, run.source_bytes)
+        code = read_exact(0, run.code_bytes)
         os.write(ready, b"1")  # the worker may read stdin again: the source is ours
         _only_own_descriptors(fd, tmp, hardening.settings)
         # Temporary files (pytest's tmp_path among them) go to a folder of this run's own.
@@ -294,7 +307,7 @@ class _Session:
             # One job can hold several suites (a journal's snapshots): run just this one.
             reporter.prefix = run.tests.strip("/") + "/"
             self.config.args = [str(Path(self.config.rootpath) / run.tests)]
-        if len(source) < run.source_bytes:
+        if len(source) < run.source_bytes or len(code) < run.code_bytes:
             reporter.send(collect_error="the run's source did not arrive whole")
             reporter.send(done=True)
             os._exit(0)
@@ -302,7 +315,7 @@ class _Session:
             signal.signal(signal.SIGPROF, _out_of_budget)
             signal.setitimer(signal.ITIMER_PROF, max(0.01, run.cpu_budget))
         try:
-            install_variant(source.decode("utf-8", errors="replace"))
+            install_variant(source.decode("utf-8", errors="replace"), code)
         except _BudgetExceeded:
             reporter.send(budget_exceeded="(installing the implementation)")
             reporter.send(done=True)
@@ -311,7 +324,7 @@ class _Session:
             reporter.send(collect_error=f"{VARIANT_FILENAME}: the implementation does not import: {exc!r}"[:_MESSAGE_CAP])
             reporter.send(done=True)
             os._exit(0)
-        del source
+        del source, code
         clock.append(time.perf_counter())
         hook = self.config.hook
         try:
@@ -537,7 +550,7 @@ def _start(job: JobSettings, session: _Session, run: RunHeader, hardening: Child
         for fd in (read_fd, write_fd, ready_read, ready_write):
             os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
-        _skip(0, run.source_bytes)
+        _skip(0, run.source_bytes + run.code_bytes)
         raise
     if pid == 0:  # the child
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,7 @@ def test_waits_for_the_right_answer():
 def test_the_budget_stops_a_grading_with_a_clear_report(tmp_path):
     body = '''
 import time
+from dataclasses import replace
 
 
 def test_burns_cpu():
@@ -219,3 +221,19 @@ def test_insists_on_one_error_message():
         [cell] = [r for r in matrix.first[variant.id].results if r.test_id == test_id]
         assert cell.outcome is Outcome.NOT_RUN
         assert cell.message in ("not run: brittle (fails on a correct implementation)", "not run: wrong on the reference")
+
+
+def test_both_workers_take_wheats_and_mutants_once_their_reference_run_is_in(example_report):
+    """The worker under the second hash seed does not sit idle after its reference run: the two
+    share the wheats and mutants (a run's result is the same under either seed, since every
+    test it is run with passed the reference under both)."""
+    variants = build_variants(LAYOUT)
+    limits = replace(ASSIGNMENT.run_limits(), jobs=2, sandbox="auto")
+    matrix = run_matrix(layout=LAYOUT, tests_dir=EXAMPLE, variants=variants, limits=limits)
+    assert (matrix.first["reference"].hash_seed, matrix.second["reference"].hash_seed) == (1, 2)
+    others = [v for v in variants if v.kind.value != "reference"]
+    assert {matrix.first[v.id].hash_seed for v in others} == {1, 2}
+    valid = {t.id for t in example_report.tests if t.valid}
+    mutants = [v for v in others if v.kind.value == "mutant"]
+    killed = {v.id for v in mutants if any(matrix.confirmed_failure(t, v.id) for t in valid)}
+    assert killed == {v for t in example_report.tests for v in t.kills}

@@ -36,6 +36,7 @@ from grader.sandbox import (
     check_mode,
     child_syscalls_here,
     doctor_lines,
+    sandbox_status,
     sandbox_users,
     user_processes,
 )
@@ -839,6 +840,18 @@ def test_doctor_says_each_child_runs_under_the_allow_list():
 
 
 # ------------------------------------------------------------------------ status, modes
+def test_a_grading_finds_the_same_layers_without_the_doctors_descriptions():
+    """A grading needs which layers are on, not how each is set up: it neither forks a child to
+    try the allow-list nor asks bubblewrap its version (about 10 ms off every grading's start)."""
+    quick = sandbox_status(fresh=True)
+    full = sandbox_status(fresh=True, describe=True)
+    assert [(s.layer, s.active) for s in quick.layers] == [(s.layer, s.active) for s in full.layers]
+    assert "allow-list of" in full.get(Layer.SECCOMP).detail
+    assert "allow-list of" not in quick.get(Layer.SECCOMP).detail
+    assert "bubblewrap 0." in full.get(Layer.BUBBLEWRAP).detail
+    assert "bubblewrap 0." not in quick.get(Layer.BUBBLEWRAP).detail
+
+
 def test_doctor_lines_name_every_layer_and_what_each_mode_does():
     lines = doctor_lines()
     text = "\n".join(lines)
