@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.paths import Layout
-from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode, close_workers, start_worker
+from grader.sandbox import (
+    Layer,
+    SandboxedWorker,
+    SandboxLimits,
+    SandboxMode,
+    SandboxStatus,
+    begin_probe,
+    check_mode,
+    close_workers,
+    provisional_status,
+    start_worker,
+)
 
 __all__ = ["FIRST_HASH_SEED", "SECOND_HASH_SEED", "Launched", "launch_grading", "launch_worker", "worker_env"]
 
@@ -49,7 +60,7 @@ def worker_env(hash_seed: int, layout: Layout) -> dict[str, str]:
 
 def launch_worker(
     *, layout: Layout, tests_dir: Path | None, hash_seed: int, mode: SandboxMode | str,
-    limits: SandboxLimits = SandboxLimits(), hide_source: bool = False,
+    limits: SandboxLimits = SandboxLimits(), hide_source: bool = False, status: SandboxStatus | None = None,
 ) -> SandboxedWorker:
     """Start one worker in its sandbox; it imports what it needs, then waits for its job
     (``tests_dir`` None: a worker of a pool, given one submission after another).
@@ -67,6 +78,7 @@ def launch_worker(
         env=worker_env(hash_seed, layout),
         limits=limits,
         hidden=[layout.gru_source] if hide_source else (),
+        status=status,
     )
 
 
@@ -94,10 +106,37 @@ def launch_grading(*, layout: Layout, tests_dir: Path, mode: SandboxMode | str,
     """
     mode = SandboxMode(mode)
     common = dict(layout=layout, tests_dir=tests_dir, mode=mode, limits=limits, hide_source=True)
-    seed_two = launch_worker(hash_seed=SECOND_HASH_SEED, **common)
+    expected: SandboxStatus | None = None
+    if mode is not SandboxMode.NONE:
+        # Bubblewrap is probed alongside the workers' start, not before it: they are started
+        # with the layers the probe should confirm, and given nothing before it has.
+        begin_probe()
+        expected = provisional_status()
+        if expected.missing(mode):
+            expected = None  # check_mode says what is missing, before anything starts
+    launched = _launch_pair(common, expected)
+    if expected is None:
+        return launched
     try:
-        seed_one = launch_worker(hash_seed=FIRST_HASH_SEED, **common)
+        found = check_mode(mode)
+    except BaseException:
+        launched.close()
+        raise
+    if _same_layers(found, expected):
+        return launched
+    launched.close()  # the probe disagreed (bubblewrap fails here): start them as it says
+    return _launch_pair(common, found)
+
+
+def _launch_pair(common: dict, status: SandboxStatus | None) -> Launched:
+    seed_two = launch_worker(hash_seed=SECOND_HASH_SEED, status=status, **common)
+    try:
+        seed_one = launch_worker(hash_seed=FIRST_HASH_SEED, status=status, **common)
     except BaseException:
         seed_two.close()  # its sandbox user and copy are freed when the other cannot start
         raise
-    return Launched(tests_dir=Path(tests_dir).resolve(), mode=mode, seed_one=seed_one, seed_two=seed_two)
+    return Launched(tests_dir=Path(common["tests_dir"]).resolve(), mode=common["mode"], seed_one=seed_one, seed_two=seed_two)
+
+
+def _same_layers(one: SandboxStatus, other: SandboxStatus) -> bool:
+    return all(one.active(layer) == other.active(layer) for layer in Layer)

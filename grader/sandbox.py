@@ -66,10 +66,13 @@ __all__ = [
     "SandboxUser",
     "SandboxedWorker",
     "WorkerOutput",
+    "begin_probe",
     "check_mode",
     "child_syscalls_here",
+    "close_workers",
     "doctor_lines",
     "harden_worker",
+    "provisional_status",
     "sandbox_status",
     "sandbox_users",
     "start_worker",
@@ -225,8 +228,21 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
 @functools.cache
 def _detect(describe: bool = False) -> SandboxStatus:
     users = sandbox_users()
-    seccomp_ok, seccomp_detail = _probe_seccomp(describe)
-    bwrap_ok, bwrap_detail = _probe_bubblewrap(users[0] if users else None, describe)
+    seccomp = _probe_seccomp(describe)
+    return _status(users, seccomp, _probe_bubblewrap(users[0] if users else None, describe))
+
+
+def provisional_status() -> SandboxStatus:
+    """What :func:`sandbox_status` will say if bubblewrap works as its probe (see
+    :func:`begin_probe`) tries it; the answer itself is not waited for."""
+    users = sandbox_users()
+    command, why_not = _bubblewrap_probe(users[0] if users else None)
+    return _status(users, _probe_seccomp(False), (command is not None, why_not or "being probed"))
+
+
+def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tuple[bool, str]) -> SandboxStatus:
+    seccomp_ok, seccomp_detail = seccomp
+    bwrap_ok, bwrap_detail = bubblewrap
     uid_ok, uid_detail = _probe_users(users, bwrap_ok)
     limits = SandboxLimits()
     layers = (
@@ -900,22 +916,62 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=_SYSTEM_PATH)
 
 
-def _probe_bubblewrap(user: SandboxUser | None, describe: bool = True) -> tuple[bool, str]:
+def _bubblewrap_probe(user: SandboxUser | None) -> tuple[list[str] | None, str]:
+    """The command that tries bubblewrap as a worker would use it, or None and why it cannot."""
     bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
     if bwrap is None:
-        return False, "bwrap not found; install the Debian package bubblewrap"
+        return None, "bwrap not found; install the Debian package bubblewrap"
     if setpriv is None:
-        return False, "setpriv not found; install the Debian package util-linux"
+        return None, "setpriv not found; install the Debian package util-linux"
     if os.geteuid() != 0:
-        return False, f"{bwrap} is run by root here, to mount before it drops to a sandbox user; the grader is uid {os.geteuid()}"
+        return None, f"{bwrap} is run by root here, to mount before it drops to a sandbox user; the grader is uid {os.geteuid()}"
     uid, gid = (user.uid, user.gid) if user else (65534, 65534)
-    command = [bwrap, *_bwrap_base(), "--", *_drop(setpriv, uid, gid), "/bin/true"]
+    return [bwrap, *_bwrap_base(), "--", *_drop(setpriv, uid, gid), "/bin/true"], ""
+
+
+# The bubblewrap probe, started by begin_probe() and answered by the next _probe_bubblewrap().
+_PROBING: dict[tuple[str, ...], subprocess.Popen[bytes]] = {}
+
+
+def begin_probe() -> None:
+    """Start probing bubblewrap now, without waiting for it: the next :func:`check_mode` only
+    collects the answer. A grading starts its workers meanwhile (they run nothing until the
+    check has passed)."""
+    if _detect.cache_info().currsize:
+        return
+    users = sandbox_users()
+    command, _ = _bubblewrap_probe(users[0] if users else None)
+    if command is None or tuple(command) in _PROBING:
+        return
     try:
-        done = subprocess.run(command, capture_output=True, timeout=20, env={"PATH": _SYSTEM_PATH})
+        _PROBING[tuple(command)] = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env={"PATH": _SYSTEM_PATH},
+        )
+    except OSError:
+        pass  # the probe itself runs it again, and says why it cannot
+
+
+def _probe_bubblewrap(user: SandboxUser | None, describe: bool = True) -> tuple[bool, str]:
+    command, why_not = _bubblewrap_probe(user)
+    if command is None:
+        return False, why_not
+    bwrap = command[0]
+    try:
+        running = _PROBING.pop(tuple(command), None) or subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env={"PATH": _SYSTEM_PATH},
+        )
+        try:
+            _, stderr = running.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            running.kill()
+            running.wait()
+            raise
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"{bwrap} could not be run: {exc}"
-    if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+    if running.returncode != 0:
+        why = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {running.returncode}"]
         return False, f"{bwrap} fails here: {why[0]}"
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() if describe else ""
     return True, (
@@ -1187,6 +1243,7 @@ def start_worker(
     env: Mapping[str, str],
     limits: SandboxLimits,
     hidden: Sequence[Path] = (),
+    status: SandboxStatus | None = None,
 ) -> SandboxedWorker:
     """Start ``python -m grader.worker`` under ``mode``.
 
@@ -1202,6 +1259,9 @@ def start_worker(
         hidden: files under ``package_dir`` the worker must not read (the reference's
             ``gru.py`` while variants are graded: a run compares with nothing but behaviour);
             they read as empty under bubblewrap.
+        status: the layers to start it with, checked for ``mode`` by the caller (who then
+            checks :func:`check_mode` before the worker is given anything to run); by default
+            :func:`check_mode` is asked first.
 
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine does not offer.
@@ -1216,7 +1276,7 @@ def start_worker(
             process, tests=tests_dir or Path("/"), hardening=WorkerSandbox(), limits=limits,
             layers=(Layer.SESSION, Layer.OUTPUT),
         )
-    status = check_mode(mode)
+    status = status or check_mode(mode)
     bubblewrap = status.active(Layer.BUBBLEWRAP)
     hardening = WorkerSandbox(
         file_bytes=limits.file_bytes,

@@ -840,6 +840,39 @@ def test_doctor_says_each_child_runs_under_the_allow_list():
 
 
 # ------------------------------------------------------------------------ status, modes
+def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
+    """The bubblewrap probe (a sandbox of its own, about 10 ms) runs beside the workers' start
+    instead of before it; the workers are the ones the probe's answer calls for, and they get
+    nothing to run before that answer is in."""
+    import grader.launch as launch
+    import grader.sandbox as sandbox
+
+    order: list[str] = []
+    probe = sandbox._probe_bubblewrap
+    start = sandbox.start_worker
+
+    def probing(*args, **kwargs):
+        order.append("probe answered")
+        return probe(*args, **kwargs)
+
+    def starting(**kwargs):
+        order.append("worker started")
+        return start(**kwargs)
+
+    monkeypatch.setattr(sandbox, "_probe_bubblewrap", probing)
+    monkeypatch.setattr(launch, "start_worker", starting)
+    sandbox._detect.cache_clear()  # forget this process's earlier answer
+    launched = launch.launch_grading(layout=LAYOUT, tests_dir=LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru",
+                                     mode=SandboxMode.STRICT)
+    try:
+        assert order == ["worker started", "worker started", "probe answered"]
+        for worker in (launched.seed_one, launched.seed_two):
+            assert Layer.BUBBLEWRAP in worker.layers and worker.settings(budget=1.0).seccomp
+        assert launched.seed_one.process.poll() is None  # running, in bubblewrap
+    finally:
+        launched.close()
+
+
 def test_a_grading_finds_the_same_layers_without_the_doctors_descriptions():
     """A grading needs which layers are on, not how each is set up: it neither forks a child to
     try the allow-list nor asks bubblewrap its version (about 10 ms off every grading's start)."""
