@@ -873,6 +873,40 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
         launched.close()
 
 
+def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_probe_fails(monkeypatch):
+    import grader.launch as launch
+    import grader.sandbox as sandbox
+
+    real = sandbox._bubblewrap_probe
+
+    def failing(user):
+        command, why = real(user)
+        return ([*command[:-1], "/bin/false"] if command else command), why  # bubblewrap "fails here"
+
+    monkeypatch.setattr(sandbox, "_bubblewrap_probe", failing)
+    sandbox._detect.cache_clear()
+    tests = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+    try:
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
+        if sandbox.sandbox_status().missing(SandboxMode.AUTO):
+            # Here the uid layer needs bubblewrap too (the interpreter lies under a closed home).
+            with pytest.raises(SandboxUnavailable, match="mode auto needs"):
+                launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.AUTO)
+        else:
+            launched = launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.AUTO)
+            try:
+                for worker in (launched.seed_one, launched.seed_two):
+                    assert Layer.BUBBLEWRAP not in worker.layers and Layer.UID in worker.layers
+                    assert worker.process.poll() is None
+            finally:
+                launched.close()
+        for user in sandbox_users():
+            assert sandbox.user_processes(user.uid) == []  # the workers started ahead are gone
+    finally:
+        sandbox._detect.cache_clear()
+
+
 def test_a_grading_finds_the_same_layers_without_the_doctors_descriptions():
     """A grading needs which layers are on, not how each is set up: it neither forks a child to
     try the allow-list nor asks bubblewrap its version (about 10 ms off every grading's start)."""
