@@ -567,6 +567,9 @@ def run() -> NoReturn:
     out. Tearing the interpreter down (pydantic, numpy, every module's objects) costs tens of
     milliseconds a user would wait for; nothing is left to clean up by then (temporary
     folders and workers are closed by the commands themselves)."""
+    # No pydantic plugin is used here: scanning every installed package's entry points for
+    # them costs each command a few milliseconds.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     code = main()
     try:
         sys.stdout.flush()
