@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -442,7 +442,7 @@ class WorkerPool:
         if pair is None:
             results: queue.Queue[_Result] = queue.Queue()
             seed_two = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=SECOND_HASH_SEED,
-                                     limits=replace(self.limits, jobs=1), results=results, hide_source=True)
+                                     limits=self.limits, results=results, hide_source=True)
             try:
                 seed_one = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=FIRST_HASH_SEED,
                                          limits=self.limits, results=results, hide_source=True)
