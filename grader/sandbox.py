@@ -1315,7 +1315,8 @@ def start_worker(
 # bound by its folder, so that neither the grader's other packages (the service) nor the
 # checkout around it can be imported from a test. -P: the tests' folder never shadows a module.
 _WORKER_BOOTSTRAP = (
-    "import os, sys\n"
+    "import gc, os, sys\n"
+    "gc.disable()\n"  # while importing (the worker turns it on again once set up)
     "sys.path += os.environ.pop('MUTAGRADE_SITE_PACKAGES').split(os.pathsep)\n"
     "import importlib.util as u\n"
     "d = os.environ.pop('MUTAGRADE_GRADER')\n"

@@ -58,6 +58,7 @@ def test_a_complete_students_package_runs(tmp_path):
 
 
 SEES = '''
+import gc
 import importlib.util
 import sys
 
@@ -68,6 +69,8 @@ def test_sees_only_what_it_is_given():
     assert importlib.util.find_spec("api") is None
     assert not any("editable" in repr(finder).lower() for finder in sys.meta_path), sys.meta_path
     assert sys.flags.no_site == 1  # no .pth file of the environment ran in this process
+    # The worker imports with the garbage collector off; the tests run with it on, as anywhere.
+    assert gc.isenabled()
 '''
 
 
