@@ -1,14 +1,15 @@
 """A grading's runs: the staged protocol over two workers, and the pool that keeps them warm.
 
 :func:`run_matrix` grades in stages, so that a broken or hostile suite costs little: the
-reference first (twice, under two hash seeds, in two workers at once); then the wheats, only
-with the tests that passed on the reference; then the mutants, only with the tests that passed
-on the reference and every wheat, each under a time limit derived from the test's time on the
-reference, and each mutant's run stopping at its first kill (unless the full matrix is asked
-for). A kill by a time-out, or by a run that died, is confirmed by running that test again; a
-failed assertion is not (the second reference run already guards against chance). A CPU budget
-bounds the whole grading. :class:`WorkerPool` keeps the two workers for one grading after
-another.
+reference first (twice, under two hash seeds, in two workers at once); then the wheats, as soon
+as the first reference run is in and only with the tests that passed it; then, once both
+reference runs and every wheat are in, the mutants, only with the tests that passed all of
+them, each under a time limit derived from the test's time on the reference, and each mutant's
+run stopping at its first kill (unless the full matrix is asked for). A kill by a time-out, or
+by a run that died, is confirmed by running that test again; a failed assertion is not (the
+second reference run already guards against chance). A CPU budget bounds the whole grading.
+After the reference, runs go to whichever worker is free, never more at once than ``jobs``.
+:class:`WorkerPool` keeps the two workers for one grading after another.
 """
 
 from __future__ import annotations
@@ -395,7 +396,9 @@ def run_matrix(
         full_matrix: run every valid test on every mutant, instead of stopping each mutant's
             run at its first kill (staff regrades, calibration).
         launched: the two workers, already started for ``tests_dir`` (see
-            :mod:`grader.launch`); started here when None. Closed either way.
+            :mod:`grader.launch`); started here (and closed) when None. Launched workers
+            are killed when the runs are done; the caller closes them (:meth:`Launched.close`
+            waits until they are gone and frees their sandbox users).
 
     Returns:
         The Matrix: ``first`` holds every variant's run (cells not run are NOT_RUN, with the
