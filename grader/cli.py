@@ -11,7 +11,6 @@ import gc
 import os
 import math
 import sys
-import traceback
 from pathlib import Path
 from typing import NoReturn, Sequence
 
@@ -200,13 +199,41 @@ def _launch_early(args: argparse.Namespace, layout: Layout):
         return None
 
 
+def _launch_before_parsing(argv: list[str]):
+    """For ``grade``: start the grading's workers from a parser of that command alone, before
+    the whole command line's parser (every command's options) is built, so that the workers'
+    start-up overlaps it. None for any other command line, or one that does not read as a
+    grading: the whole parser then reads it, and says what is wrong."""
+    if "grade" not in argv or {"-h", "--help", "--version"} & set(argv):
+        return None
+    parser, commands = _root_parser(_QuietParser)
+    _add_grade(commands)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError:
+        return None
+    return _launch_early(args, _layout(args))
+
+
+class _QuietParser(argparse.ArgumentParser):
+    """A parser that raises :class:`UsageError` instead of printing and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
 def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
-    launched = _launch_early(args, layout)
+    launched = args.launched
+    if launched is not None and (launched.tests_dir != Path(args.tests_dir).resolve() or launched.mode != args.sandbox):
+        launched.close()
+        launched = None
+    if launched is None:
+        launched = _launch_early(args, layout)
     try:
         return _grade_with(args, layout, launched)
     finally:
         if launched is not None:
-            launched.close()
+            launched.close()  # once the report is out: the workers go down alongside
 
 
 def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
@@ -419,12 +446,21 @@ def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
 
 
 # ------------------------------------------------------------------------ parser
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mutagrade", description="Mutation grading of test-first GRU test suites.")
+def _root_parser(kind: type[argparse.ArgumentParser] = argparse.ArgumentParser):
+    parser = kind(prog="mutagrade", description="Mutation grading of test-first GRU test suites.")
     parser.add_argument("--version", action="version", version=f"mutagrade {__version__}")
     parser.add_argument("--root", type=Path, help="the mutagrade checkout to use (default: this one)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, commands = _root_parser()
+    _add_grade(commands)
+    _add_other_commands(commands)
+    return parser
+
+
+def _add_grade(commands: argparse._SubParsersAction) -> None:
     grade = commands.add_parser("grade", help="grade a student's test suite by the mutants it kills")
     grade.add_argument("tests_dir", help="the folder of the student's test files")
     grade.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
@@ -441,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run every valid test on every mutant (by default a mutant's run stops at its first kill)")
     grade.set_defaults(run=_cmd_grade)
 
+
+def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     batch = commands.add_parser("grade-batch", help="grade every student's submission into a CSV gradebook")
     batch.add_argument("submissions_dir", help="one sub-directory per student")
     batch.add_argument("--output", required=True, help="the CSV gradebook to write")
@@ -530,16 +568,29 @@ def build_parser() -> argparse.ArgumentParser:
     golden.add_argument("--throughput", type=int, default=0, metavar="N", help="also time N batched cases")
     golden.add_argument("--batch", type=int, default=64, help="cases per batch for --throughput")
     golden.set_defaults(run=_cmd_golden)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by ``python -m grader``)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    launched = _launch_before_parsing(argv)
+    try:
+        return _run(argv, launched)
+    finally:
+        if launched is not None:
+            launched.close()  # a no-op once the grading has closed them
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    return Layout(args.root.resolve()) if args.root else default_layout()
+
+
+def _run(argv: list[str], launched) -> int:
+    args = build_parser().parse_args(argv)
+    args.launched = launched
     if args.run is not _cmd_grade:
         gc.enable()  # a long command (serve, worker, grade-batch) collects as usual
-    layout = Layout(args.root.resolve()) if args.root else default_layout()
+    layout = _layout(args)
     try:
         return args.run(args, layout)
     except KeyboardInterrupt:
@@ -550,6 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, _input_errors()):
             print(f"mutagrade: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        import traceback
+
         traceback.print_exc()
         print("mutagrade: internal error (see the traceback above)", file=sys.stderr)
         return EXIT_INTERNAL

@@ -71,7 +71,8 @@ def grade_suite(
         full_matrix: run every valid test on every mutant (staff regrades) instead of
             stopping each mutant's run at its first kill.
         launched: the grading's two workers, started ahead for ``tests_dir`` under ``sandbox``
-            (:func:`grader.launch.launch_grading`); taken over and closed here, whatever happens.
+            (:func:`grader.launch.launch_grading`): killed once the runs are done; the caller
+            closes them (after writing the report: they go down meanwhile).
         pool: warm workers to grade with (a batch: :class:`grader.matrix.WorkerPool`), instead
             of starting two for this grading.
 
@@ -85,13 +86,9 @@ def grade_suite(
             before anything is read or run).
     """
     started = time.monotonic()
-    try:
-        return _grade(tests_dir, layout=layout, assignment=assignment, policy=policy, journal=journal,
-                      audience=audience, jobs=jobs, submission=submission, sandbox=sandbox,
-                      full_matrix=full_matrix, launched=launched, pool=pool, started=started)
-    finally:
-        if launched is not None:
-            launched.close()  # a no-op when the run took them over and closed them already
+    return _grade(tests_dir, layout=layout, assignment=assignment, policy=policy, journal=journal,
+                  audience=audience, jobs=jobs, submission=submission, sandbox=sandbox,
+                  full_matrix=full_matrix, launched=launched, pool=pool, started=started)
 
 
 def _grade(

@@ -12,6 +12,7 @@ import pytest
 
 from grader.paths import default_layout
 from grader.variants import build_variants
+from tests.calls import record_calls
 
 LAYOUT = default_layout()
 
@@ -196,3 +197,28 @@ def test_the_installed_command_delivers_its_whole_output_and_exit_code(tmp_path)
     refused = subprocess.run([str(script), "grade", str(tmp_path / "no-such-folder")],
                              capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode == 2 and "no-such-folder" in refused.stderr
+
+
+def test_grade_starts_its_workers_before_reading_the_rest_of_the_command_line(monkeypatch, tmp_path):
+    """The whole command line's parser (every command's options) is built only once the
+    grading's workers are starting: their start-up overlaps it."""
+    import grader.cli as cli
+    import grader.launch as launch
+
+    order: list[str] = []
+    record_calls(monkeypatch, order, parser=(cli, "build_parser"), workers=(launch, "launch_grading"))
+    out = tmp_path / "report.json"
+    assert cli.main(["grade", str(EXAMPLE), "--format", "json", "--output", str(out)]) == 0
+    assert order == ["workers", "parser"]
+    assert json.loads(out.read_text())["passed"] is True
+
+
+def test_grade_with_a_bad_option_leaves_no_worker_behind(capsys):
+    from grader.sandbox import sandbox_users, user_processes
+
+    with pytest.raises(SystemExit) as exit_:
+        __import__("grader.cli").cli.main(["grade", str(EXAMPLE), "--format", "pdf"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'pdf'" in capsys.readouterr().err
+    for user in sandbox_users():
+        assert user_processes(user.uid) == []

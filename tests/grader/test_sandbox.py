@@ -40,6 +40,7 @@ from grader.sandbox import (
     sandbox_users,
     user_processes,
 )
+from tests.calls import record_calls
 
 LAYOUT = default_layout()
 REFERENCE = LAYOUT.gru_source.read_text()
@@ -848,24 +849,12 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
     import grader.sandbox as sandbox
 
     order: list[str] = []
-    probe = sandbox._probe_bubblewrap
-    start = sandbox.start_worker
-
-    def probing(*args, **kwargs):
-        order.append("probe answered")
-        return probe(*args, **kwargs)
-
-    def starting(**kwargs):
-        order.append("worker started")
-        return start(**kwargs)
-
-    monkeypatch.setattr(sandbox, "_probe_bubblewrap", probing)
-    monkeypatch.setattr(launch, "start_worker", starting)
+    record_calls(monkeypatch, order, probe=(sandbox, "_probe_bubblewrap"), worker=(launch, "start_worker"))
     sandbox._detect.cache_clear()  # forget this process's earlier answer
     launched = launch.launch_grading(layout=LAYOUT, tests_dir=LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru",
                                      mode=SandboxMode.STRICT)
     try:
-        assert order == ["worker started", "worker started", "probe answered"]
+        assert order == ["worker", "worker", "probe"]  # the probe's answer is collected last
         for worker in (launched.seed_one, launched.seed_two):
             assert Layer.BUBBLEWRAP in worker.layers and worker.settings(budget=1.0).seccomp
         assert launched.seed_one.process.poll() is None  # running, in bubblewrap
