@@ -625,7 +625,19 @@ def _import_common() -> None:
     import _pytest.python  # noqa: F401
     import numpy  # noqa: F401
     import numpy.random  # noqa: F401
-    import numpy.testing  # noqa: F401
+
+
+def _import_named(job: JobSettings) -> None:
+    """numpy.testing (about 12 ms), imported ahead where a test file names it: once here
+    rather than in every child; a suite that never names it does not pay for it."""
+    for path in Path(job.tests).rglob("*.py"):
+        try:
+            if b"testing" in path.read_bytes():
+                import numpy.testing  # noqa: F401
+
+                return
+        except OSError:
+            continue
 
 
 def _prepare(job: JobSettings) -> _Session:
@@ -634,6 +646,7 @@ def _prepare(job: JobSettings) -> _Session:
     sys.path.insert(0, job.reference)
     sys.meta_path.insert(0, _OnlyUnder(job.reference))
     _import_common()
+    _import_named(job)
     for name in ("tinyllm.autograd.functional", "tinyllm.nn", "tinyllm.random", "tinyllm.rnn"):
         try:
             importlib.import_module(name)
@@ -654,6 +667,7 @@ def _next_job(session: _Session, old: JobSettings, job: JobSettings) -> _Session
     if old.tests in sys.path:
         sys.path.remove(old.tests)
     sys.path.insert(1, job.tests)
+    _import_named(job)
     return _Session(job)
 
 

@@ -85,3 +85,23 @@ def test_a_test_cannot_import_the_rest_of_the_grader(tmp_path, mode):
         hash_seed=1, limits=RunLimits(sandbox=mode),
     )
     assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run
+
+
+@pytest.mark.parametrize("names_it", [True, False], ids=["names-numpy-testing", "does-not"])
+def test_the_worker_imports_numpy_testing_ahead_only_for_tests_that_name_it(tmp_path, names_it):
+    """numpy.testing costs every worker about 12 ms to import: it is imported ahead (once, not
+    in every run) where a test file names it, and otherwise left to a test that reaches it."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    use = "np.testing.assert_allclose(np.ones(2), np.ones(2))" if names_it else "assert np.allclose(np.ones(2), 1)"
+    (tests / "test_ahead.py").write_text(
+        # The module's name split in two: the file itself must not name it.
+        "import sys\nimport numpy as np\n\nAHEAD = 'numpy.te' 'sting' in sys.modules\n\n\n"
+        f"def test_ahead():\n    assert AHEAD is {names_it}\n    {use}\n"
+    )
+    [run] = run_suites(
+        layout=LAYOUT, tests_dir=tests,
+        runs=[WorkerRun(variant="reference", source=LAYOUT.gru_source.read_text())],
+        hash_seed=1, limits=RunLimits(sandbox=SandboxMode.AUTO),
+    )
+    assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run
