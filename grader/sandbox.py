@@ -234,7 +234,10 @@ def _detect(describe: bool = False) -> SandboxStatus:
 
 def provisional_status() -> SandboxStatus:
     """What :func:`sandbox_status` will say if bubblewrap works as its probe (see
-    :func:`begin_probe`) tries it; the answer itself is not waited for."""
+    :func:`begin_probe`) tries it; the answer itself is not waited for. Once this process has
+    the answer (a service grading again), the answer itself."""
+    if _detect.cache_info().currsize:
+        return _detect()
     users = sandbox_users()
     command, why_not = _bubblewrap_probe(users[0] if users else None)
     return _status(users, _probe_seccomp(False), (command is not None, why_not or "being probed"))

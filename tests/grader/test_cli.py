@@ -213,12 +213,21 @@ def test_grade_starts_its_workers_before_reading_the_rest_of_the_command_line(mo
     assert json.loads(out.read_text())["passed"] is True
 
 
-def test_grade_with_a_bad_option_leaves_no_worker_behind(capsys):
-    from grader.sandbox import sandbox_users, user_processes
+def test_grade_with_a_bad_option_starts_no_worker(capsys, monkeypatch):
+    import grader.cli as cli
+    import grader.sandbox as sandbox
 
+    claimed: list[int] = []
+    claim = sandbox._claim_user
+
+    def claiming(*args, **kwargs):
+        held = claim(*args, **kwargs)
+        claimed.append(held.user.uid)
+        return held
+
+    monkeypatch.setattr(sandbox, "_claim_user", claiming)
     with pytest.raises(SystemExit) as exit_:
-        __import__("grader.cli").cli.main(["grade", str(EXAMPLE), "--format", "pdf"])
+        cli.main(["grade", str(EXAMPLE), "--format", "pdf"])
     assert exit_.value.code == 2
     assert "invalid choice: 'pdf'" in capsys.readouterr().err
-    for user in sandbox_users():
-        assert user_processes(user.uid) == []
+    assert claimed == []  # the grade's own parser read the option too: nothing was started

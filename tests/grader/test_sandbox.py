@@ -878,6 +878,12 @@ def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_pr
     try:
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
+        # The answer is known now: a later grading in this process does not guess again.
+        order: list[str] = []
+        record_calls(monkeypatch, order, worker=(sandbox, "_claim_user"))
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
+        assert order == []  # refused before any worker was started
         if sandbox.sandbox_status().missing(SandboxMode.AUTO):
             # Here the uid layer needs bubblewrap too (the interpreter lies under a closed home).
             with pytest.raises(SandboxUnavailable, match="mode auto needs"):
