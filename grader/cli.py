@@ -223,17 +223,9 @@ class _QuietParser(argparse.ArgumentParser):
 
 
 def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
-    launched = args.launched
-    if launched is not None and (launched.tests_dir != Path(args.tests_dir).resolve() or launched.mode != args.sandbox):
-        launched.close()
-        launched = None
-    if launched is None:
-        launched = _launch_early(args, layout)
-    try:
-        return _grade_with(args, layout, launched)
-    finally:
-        if launched is not None:
-            launched.close()  # once the report is out: the workers go down alongside
+    # The workers were started from this same command line (:func:`_launch_before_parsing`),
+    # or could not be (the grading then says why); main() closes them once the report is out.
+    return _grade_with(args, layout, args.launched)
 
 
 def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
@@ -578,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(argv, launched)
     finally:
         if launched is not None:
-            launched.close()  # a no-op once the grading has closed them
+            launched.close()  # once the report is out: the workers went down meanwhile
 
 
 def _layout(args: argparse.Namespace) -> Layout:

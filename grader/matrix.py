@@ -166,9 +166,8 @@ class _MatrixRun:
         self.received = 0
         self.slots = max(1, limits.jobs)  # runs at once, over both workers
         self.pending: deque[WorkerRun] = deque()  # decided, waiting for a free slot
-        self.busy: dict[int, int] = {}  # runs in flight, by worker (id)
-        self.ready: set[int] = set()  # the workers that have reported a run: set up and waiting
-        self.passing: list[str] = []  # passed on the reference under both hash seeds
+        self.busy: dict[WorkerProcess, int] = {}  # runs in flight, by worker
+        self.ready: set[WorkerProcess] = set()  # the workers that have reported a run: set up and waiting
         self.valid: list[str] = []  # ... and on every wheat: the tests the mutants are run with
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
         # Two workers under two hash seeds, each running the reference at once, so that a test
@@ -212,7 +211,7 @@ class _MatrixRun:
     def _send_to(self, worker: WorkerProcess, run: WorkerRun) -> None:
         worker.submit(run, cpu_budget=self.budget.left())
         self.in_flight += 1
-        self.busy[id(worker)] = self.busy.get(id(worker), 0) + 1
+        self.busy[worker] = self.busy.get(worker, 0) + 1
 
     def _send(self, run: WorkerRun) -> None:
         """Run ``run`` on whichever worker is free first."""
@@ -224,8 +223,8 @@ class _MatrixRun:
         one with fewer runs in flight), or to the first-seed worker while neither has
         reported yet."""
         while self.pending and self.stop is None and self.in_flight < self.slots:
-            ready = [w for w in (self.seed_one, self.seed_two) if id(w) in self.ready]
-            worker = min(ready, key=lambda w: self.busy.get(id(w), 0)) if ready else self.seed_one
+            ready = [w for w in (self.seed_one, self.seed_two) if w in self.ready]
+            worker = min(ready, key=lambda w: self.busy.get(w, 0)) if ready else self.seed_one
             self._send_to(worker, self.pending.popleft())
 
     def _wait(self) -> _Result:
@@ -239,8 +238,8 @@ class _MatrixRun:
                 continue
             self.in_flight -= 1
             self.received += 1
-            self.busy[id(item.worker)] -= 1
-            self.ready.add(id(item.worker))
+            self.busy[item.worker] -= 1
+            self.ready.add(item.worker)
             stop = self.budget.charge(item.run)
             if stop is not None and self.stop is None:
                 self.stop = stop
@@ -294,10 +293,9 @@ class _MatrixRun:
         """Both reference runs and every wheat are in: run the mutants with the tests that
         passed all of them, each under a limit from the test's slower time on the reference."""
         both = set(_passed(references[0])) & set(_passed(references[1]))
-        self.passing = [t for t in self.first["reference"].test_ids if t in both]
-        self.valid = [t for t in self.passing
-                      if all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
-        self.time_limits = _time_limits(references, self.passing, self.limits)
+        self.valid = [t for t in self.first["reference"].test_ids
+                      if t in both and all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
+        self.time_limits = _time_limits(references, self.valid, self.limits)
         if self.valid:
             for mutant in mutants:
                 self._send(WorkerRun(
@@ -366,10 +364,8 @@ class _MatrixRun:
 
     def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
         reference = self.first.get("reference")
-        test_ids = reference.test_ids if reference is not None else []
-        for variant in [*wheats, *mutants]:
-            if not test_ids:
-                break
+        no_tests = reference is None or not reference.test_ids
+        for variant in [] if no_tests else [*wheats, *mutants]:
             run = self.first.get(variant.id)
             if run is None or variant.kind is VariantKind.WHEAT:
                 # A variant not run (no test was valid, or the budget ran out), or a wheat's

@@ -947,12 +947,14 @@ def begin_probe() -> None:
     if command is None or tuple(command) in _PROBING:
         return
     try:
-        _PROBING[tuple(command)] = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env={"PATH": _SYSTEM_PATH},
-        )
+        _PROBING[tuple(command)] = _start_probe(command)
     except OSError:
         pass  # the probe itself runs it again, and says why it cannot
+
+
+def _start_probe(command: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={"PATH": _SYSTEM_PATH})
 
 
 def _probe_bubblewrap(user: SandboxUser | None, describe: bool = True) -> tuple[bool, str]:
@@ -961,10 +963,7 @@ def _probe_bubblewrap(user: SandboxUser | None, describe: bool = True) -> tuple[
         return False, why_not
     bwrap = command[0]
     try:
-        running = _PROBING.pop(tuple(command), None) or subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env={"PATH": _SYSTEM_PATH},
-        )
+        running = _PROBING.pop(tuple(command), None) or _start_probe(command)
         try:
             _, stderr = running.communicate(timeout=20)
         except subprocess.TimeoutExpired:
@@ -1193,7 +1192,10 @@ class SandboxedWorker:
             shutil.rmtree(self._workdir / "tests" / staged.name, ignore_errors=True)
 
     def kill(self) -> None:
-        """Kill the worker's session now, without waiting (:meth:`close` does the rest)."""
+        """Kill the worker's session now, without waiting (:meth:`close` does the rest); once
+        closed, nothing (its process is reaped, and its pid may be another's)."""
+        if self._closed:
+            return
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -1203,8 +1205,8 @@ class SandboxedWorker:
         """Kill the worker's session and every process of its uid; free the user; remove the copy."""
         if self._closed:
             return
-        self._closed = True
         self.kill()
+        self._closed = True
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
@@ -1231,8 +1233,7 @@ def close_workers(workers: Iterable[SandboxedWorker]) -> None:
     at once rather than one after another."""
     workers = list(workers)
     for worker in workers:
-        if not worker._closed:
-            worker.kill()
+        worker.kill()
     for worker in workers:
         worker.close()
 

@@ -217,15 +217,8 @@ def test_grade_with_a_bad_option_starts_no_worker(capsys, monkeypatch):
     import grader.cli as cli
     import grader.sandbox as sandbox
 
-    claimed: list[int] = []
-    claim = sandbox._claim_user
-
-    def claiming(*args, **kwargs):
-        held = claim(*args, **kwargs)
-        claimed.append(held.user.uid)
-        return held
-
-    monkeypatch.setattr(sandbox, "_claim_user", claiming)
+    claimed: list[str] = []
+    record_calls(monkeypatch, claimed, user=(sandbox, "_claim_user"))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["grade", str(EXAMPLE), "--format", "pdf"])
     assert exit_.value.code == 2
