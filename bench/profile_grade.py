@@ -7,17 +7,23 @@ Each part is measured on its own, in this one run:
   rewriting (cProfile of :func:`grader.worker._prepare`, the top entries printed);
 * each child's phases in a real grading (lock-down and installing the variant, collecting the
   test files, running them, and of that the tests' own time), from the runs' own reports;
-* confirmation runs, and rendering the report in every format.
+* confirmation runs, and rendering the report in every format;
+* the CPU budget of one whole ``mutagrade grade`` (a fresh process each time): the command's
+  own CPU, its workers' (their imports and set-up) and their children's (the suite runs, and
+  of that the tests' own time), against the wall time. On a machine whose cores are all busy
+  for the whole grading, the wall time cannot drop below the CPU spent divided by the cores.
 
     .venv/bin/python bench/profile_grade.py
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +39,8 @@ from grader.report import RENDERERS, render  # noqa: E402
 from grader.matrix import run_matrix  # noqa: E402
 from grader.variants import build_variants  # noqa: E402
 from grader.wire import JobSettings  # noqa: E402
+
+from ab_grade import busy_seconds  # noqa: E402 - beside this script
 
 TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
 
@@ -87,6 +95,47 @@ def worker_setup_profile() -> tuple[float, str]:
     return float(took), table
 
 
+_BUDGET_SCRIPT = """
+import gc, json, os, resource, sys, time
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as the mutagrade command does
+gc.disable()
+started = time.perf_counter()
+from grader.cli import main
+code = main(sys.argv[1:])
+wall = time.perf_counter() - started
+own = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"code": code, "wall": wall, "own": own.ru_utime + own.ru_stime}))
+os._exit(0)
+"""
+
+
+def cpu_budget(rounds: int = 5) -> dict[str, float]:
+    """Medians over ``rounds`` whole gradings, each in a fresh process: wall seconds and CPU
+    seconds of the command itself, of its workers (the machine's busy time over the grading,
+    less the command and the runs: the sandbox's own processes are counted here), of the runs
+    (the workers' children) and of the tests inside them. Run it on an otherwise idle machine."""
+    rows: dict[str, list[float]] = {k: [] for k in ("wall", "command", "workers", "runs", "tests")}
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / "report.json"
+        for _ in range(rounds):
+            busy = busy_seconds()
+            done = subprocess.run(
+                [sys.executable, "-c", _BUDGET_SCRIPT, "grade", str(TESTS), "--format", "json", "--output", str(output)],
+                capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            if done.returncode != 0 or not done.stdout.strip():
+                raise SystemExit(f"grading failed ({done.returncode}):\n{done.stderr[-2000:]}")
+            spent = busy_seconds() - busy
+            usage = json.loads(done.stdout.strip().splitlines()[-1])
+            timing = json.loads(output.read_text())["timing"]
+            rows["wall"].append(usage["wall"])
+            rows["command"].append(usage["own"])
+            rows["workers"].append(spent - usage["own"] - timing["cpu_s"])
+            rows["runs"].append(timing["cpu_s"])
+            rows["tests"].append(timing["tests_s"])
+    return {k: statistics.median(v) for k, v in rows.items()}
+
+
 def main() -> None:
     layout = default_layout()
     assignment = load_assignment(layout.assignment)
@@ -123,6 +172,18 @@ def main() -> None:
             render(report, fmt)
         print(f"render {fmt:<11} {(time.perf_counter() - started) / 20 * 1000:6.2f} ms")
     print(f"whole grading (grade_suite, in this process): {report.timing.total_s * 1000:.0f} ms")
+
+    budget = cpu_budget()
+    total = budget["command"] + budget["workers"] + budget["runs"]
+    cores = len(os.sched_getaffinity(0))
+    print(f"CPU budget of one whole `mutagrade grade` (median of 5 fresh processes; wall {budget['wall']:.3f} s):")
+    for name, what in (("command", "the command (start-up, imports, policy, results, report)"),
+                       ("workers", "its two workers (imports, pytest set-up; sandbox start-up)"),
+                       ("runs", "the suite runs (the workers' children)"),
+                       ("tests", "  of which the tests themselves")):
+        print(f"  {what:<60} {budget[name]:6.3f} CPU-s")
+    print(f"  all together {total:.3f} CPU-s on {cores} cores: the wall time cannot go below "
+          f"{total / cores:.3f} s while every core is busy")
 
 
 if __name__ == "__main__":

@@ -338,18 +338,31 @@ class _MatrixRun:
                                                 brief=True))
 
     def _explain(self, run: SuiteRun, kind: VariantKind = VariantKind.MUTANT) -> SuiteRun:
-        """A wheat's or mutant's run with every test of the suite, each one not run saying why."""
-        results = tuple(r for r in run.results if r.outcome is not Outcome.NOT_RUN)
+        """A wheat's or mutant's run with every test of the suite, each one not run saying why.
+
+        A test the reference runs did not all pass counts for nothing on any variant, and its
+        cell says so whether or not this run had it: the wheats start with the tests that
+        passed the first reference run in, so whether a hash-seed-dependent test ran on a wheat
+        (and under which worker's seed) depends on timing, and the report must not."""
+        results = tuple(r for r in run.results
+                        if r.outcome is not Outcome.NOT_RUN and self._reference_reason(r.test_id) is None)
         return _fill(run.model_copy(update={"results": results}), self.first["reference"].test_ids,
                      lambda test_id: self._why_not_run(test_id, kind))
 
-    def _why_not_run(self, test_id: str, kind: VariantKind) -> str | None:
+    def _reference_reason(self, test_id: str) -> str | None:
+        """Why ``test_id`` counts on no variant, from the reference runs in: None if it passed them all."""
         references = [r for r in (self.first.get("reference"), self.second.get("reference")) if r is not None]
         passed = [r.outcome(test_id) is Outcome.PASSED for r in references]
         if any(passed) and not all(passed):
-            return "not run: flaky (passed on the reference under one hash seed only)"
+            return "not counted: flaky (passed on the reference under one hash seed only)"
         if not all(passed):
             return "not run: wrong on the reference"
+        return None
+
+    def _why_not_run(self, test_id: str, kind: VariantKind) -> str | None:
+        reason = self._reference_reason(test_id)
+        if reason is not None:
+            return reason
         if self.stop is not None:
             return "not run: the grading budget ran out"
         if kind is VariantKind.WHEAT:
