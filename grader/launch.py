@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.bytecode import ensure_worker_bytecode
 from grader.paths import Layout
 from grader.sandbox import (
     Layer,
@@ -71,7 +70,6 @@ def launch_worker(
         SandboxError: if the sandbox cannot be set up for these tests.
     """
     fixtures = [layout.goldens.parent] if layout.goldens.is_file() else []
-    ensure_worker_bytecode(layout)  # the worker cannot write it: compiled here where missing
     return start_worker(
         mode=mode,
         tests_dir=Path(tests_dir).resolve() if tests_dir is not None else None,
