@@ -96,11 +96,10 @@ def worker_setup_profile() -> tuple[float, str]:
 
 
 _BUDGET_SCRIPT = """
-import gc, json, os, resource, sys, time
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as the mutagrade command does
-gc.disable()
+import json, os, resource, sys, time
 started = time.perf_counter()
-from grader.cli import main
+from grader.cli import main, start_process
+start_process()  # as the mutagrade command does (its run() ends the process: nothing printed after)
 code = main(sys.argv[1:])
 wall = time.perf_counter() - started
 own = resource.getrusage(resource.RUSAGE_SELF)

@@ -20,7 +20,7 @@ from grader.paths import Layout, default_layout
 # The rest of the grader (pydantic, numpy, ...) is imported by the command that needs it:
 # `grade` starts its workers first, so they warm up while those imports happen.
 
-__all__ = ["main"]
+__all__ = ["main", "start_process"]
 
 EXIT_OK, EXIT_NOT_PASSED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -611,17 +611,23 @@ def _input_errors() -> tuple[type[Exception], ...]:
     return (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError, SandboxError)
 
 
-def run() -> NoReturn:
-    """The ``mutagrade`` command: :func:`main`, then the process ends as soon as its output is
-    out. Tearing the interpreter down (pydantic, numpy, every module's objects) costs tens of
-    milliseconds a user would wait for; nothing is left to clean up by then (temporary
-    folders and workers are closed by the commands themselves)."""
+def start_process() -> None:
+    """What the ``mutagrade`` command sets up before :func:`main` (a benchmark that measures
+    the command in a process of its own does the same)."""
     # No pydantic plugin is used here: scanning every installed package's entry points for
     # them costs each command a few milliseconds.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # Importing the grader (pydantic's models among it) sets off dozens of collections that
     # free almost nothing (about 10 ms): the collector stays off until the imports are done.
     gc.disable()
+
+
+def run() -> NoReturn:
+    """The ``mutagrade`` command: :func:`main`, then the process ends as soon as its output is
+    out. Tearing the interpreter down (pydantic, numpy, every module's objects) costs tens of
+    milliseconds a user would wait for; nothing is left to clean up by then (temporary
+    folders and workers are closed by the commands themselves)."""
+    start_process()
     code = main()
     try:
         sys.stdout.flush()
