@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -171,6 +172,8 @@ def run_burst(
     if len(result.health_latency) < min_health_samples:
         raise AssertionError(
             f"only {len(result.health_latency)} /healthz answers were timed while grading "
-            f"(wanted {min_health_samples}): the burst ended too soon to measure"
+            f"(wanted {min_health_samples}): the burst ended too soon to measure; "
+            f"POST answers {dict(Counter(result.post_status))}, {len(result.ids)} accepted, "
+            f"their statuses at the end {dict(Counter(result.final.values()))}"
         )
     return result
