@@ -18,7 +18,7 @@ import httpx
 
 from tests.api.conftest import tar_gz
 
-__all__ = ["BurstResult", "percentile", "run_burst", "small_archive"]
+__all__ = ["BurstResult", "HealthPoller", "percentile", "run_burst", "small_archive"]
 
 # Two of the bundled student's tests, alone in one file: a real suite, but fast to grade, so
 # the burst measures the service (queue, database, HTTP) more than the grader.
@@ -67,6 +67,7 @@ class BurstResult:
     ids: list[int] = field(default_factory=list)
     health_status: list[int] = field(default_factory=list)
     health_latency: list[float] = field(default_factory=list)
+    health_errors: list[str] = field(default_factory=list)  # requests that got no answer at all
     final: dict[int, str] = field(default_factory=dict)  # id -> status when the burst ended
     posted_s: float = 0.0  # first POST sent to last POST answered
     graded_s: float = 0.0  # first POST sent to every submission done (or error)
@@ -86,8 +87,48 @@ class BurstResult:
             f"graded in {self.graded_s:.1f} s: {self.graded_per_s:.2f} submissions/s; "
             f"POST p50 {percentile(p, 50) * 1e3:.1f} ms p99 {percentile(p, 99) * 1e3:.1f} ms; "
             f"healthz ({len(h)} requests while grading) p50 {percentile(h, 50) * 1e3:.1f} ms "
-            f"p99 {percentile(h, 99) * 1e3:.1f} ms"
+            f"p99 {percentile(h, 99) * 1e3:.1f} ms, {len(self.health_errors)} unanswered"
         )
+
+
+class HealthPoller:
+    """Polls ``GET /healthz`` on a thread of its own until stopped; while ``measuring`` is set,
+    each answer's status and latency go into ``result``, and each request that got no answer
+    (a dropped connection, a time-out) into ``result.health_errors``: polling goes on after one,
+    so a single failed request can neither end the measurement nor go unreported."""
+
+    def __init__(self, url: str, result: BurstResult, *, interval_s: float = 0.05, timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.result = result
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.measuring = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=self.timeout_s + 5)
+
+    def _poll(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=self.timeout_s) as http:
+            while not self._stopping.is_set():
+                started = time.perf_counter()
+                try:
+                    status = http.get("/healthz").status_code
+                except httpx.HTTPError as exc:
+                    if self.measuring.is_set():
+                        elapsed = time.perf_counter() - started
+                        self.result.health_errors.append(f"GET /healthz after {elapsed:.2f} s: {type(exc).__name__}: {exc}")
+                else:
+                    elapsed = time.perf_counter() - started
+                    if self.measuring.is_set():  # only what a user sees while the server is busy counts
+                        self.result.health_status.append(status)
+                        self.result.health_latency.append(elapsed)
+                time.sleep(self.interval_s)
 
 
 def run_burst(
@@ -107,19 +148,7 @@ def run_burst(
     until at least ``min_health_samples`` answers were timed."""
     result = BurstResult()
     lock = threading.Lock()
-    grading = threading.Event()
-    stop_health = threading.Event()
-
-    def poll_health() -> None:
-        with httpx.Client(base_url=url, timeout=10) as http:
-            while not stop_health.is_set():
-                started = time.perf_counter()
-                status = http.get("/healthz").status_code
-                elapsed = time.perf_counter() - started
-                if grading.is_set():  # only what a user sees while the server is busy counts
-                    result.health_status.append(status)
-                    result.health_latency.append(elapsed)
-                time.sleep(health_interval_s)
+    health = HealthPoller(url, result, interval_s=health_interval_s)
 
     local = threading.local()
     clients: list[httpx.Client] = []
@@ -143,9 +172,8 @@ def run_burst(
             if answer.status_code == 202:
                 result.ids.append(answer.json()["id"])
 
-    health = threading.Thread(target=poll_health, daemon=True)
     health.start()
-    grading.set()
+    health.measuring.set()
     started = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -163,10 +191,9 @@ def run_burst(
                     break
                 time.sleep(0.25)
         result.graded_s = time.perf_counter() - started
-        grading.clear()
+        health.measuring.clear()
     finally:
-        stop_health.set()
-        health.join(timeout=15)
+        health.stop()
         for client in clients:
             client.close()
     if len(result.health_latency) < min_health_samples:
@@ -174,6 +201,7 @@ def run_burst(
             f"only {len(result.health_latency)} /healthz answers were timed while grading "
             f"(wanted {min_health_samples}): the burst ended too soon to measure; "
             f"POST answers {dict(Counter(result.post_status))}, {len(result.ids)} accepted, "
-            f"their statuses at the end {dict(Counter(result.final.values()))}"
+            f"their statuses at the end {dict(Counter(result.final.values()))}; "
+            f"/healthz requests that got no answer: {len(result.health_errors)} {result.health_errors[:3]}"
         )
     return result
