@@ -69,6 +69,7 @@ def main() -> int:
         "graded_s": round(result.graded_s, 1),
         "submissions_per_s": round(result.graded_per_s, 3),
         "healthz_requests": len(result.health_latency),
+        "healthz_retried": len(result.health_retried),
         "healthz_unanswered": len(result.health_errors),
         "healthz_p50_ms": round(percentile(result.health_latency, 50) * 1e3, 1),
         "healthz_p99_ms": round(percentile(result.health_latency, 99) * 1e3, 1),

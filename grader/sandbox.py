@@ -44,6 +44,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -193,10 +194,12 @@ def sandbox_status(*, fresh: bool = False, describe: bool = False) -> SandboxSta
     """Which layers this machine offers. Probing runs bubblewrap once; the answer is kept for
     the life of the process unless ``fresh``. ``describe`` (the doctor's) also says how each
     layer is set up, at a cost every grading would pay: bubblewrap's version, and whether the
-    children's allow-list installs here (a throwaway child tries it)."""
-    if fresh:
-        _detect.cache_clear()
-    return _detect(describe)
+    children's allow-list installs here (a throwaway child tries it). Threads asking at once
+    (the service's grading threads) wait for one probe's answer."""
+    with _DETECTING:
+        if fresh:
+            _detect.cache_clear()
+        return _detect(describe)
 
 
 def doctor_lines() -> list[str]:
@@ -225,11 +228,14 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
     return status
 
 
+_DETECTING = threading.RLock()
+
+
 @functools.cache
 def _detect(describe: bool = False) -> SandboxStatus:
     users = sandbox_users()
     seccomp = _probe_seccomp(describe)
-    return _status(users, seccomp, _probe_bubblewrap(users[0] if users else None, describe))
+    return _status(users, seccomp, _probe_bubblewrap(describe))
 
 
 def provisional_status() -> SandboxStatus:
@@ -238,9 +244,8 @@ def provisional_status() -> SandboxStatus:
     the answer (a service grading again), the answer itself."""
     if _detect.cache_info().currsize:
         return _detect()
-    users = sandbox_users()
-    command, why_not = _bubblewrap_probe(users[0] if users else None)
-    return _status(users, _probe_seccomp(False), (command is not None, why_not or "being probed"))
+    command, why_not = _bubblewrap_probe()
+    return _status(sandbox_users(), _probe_seccomp(False), (command is not None, why_not or "being probed"))
 
 
 def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tuple[bool, str]) -> SandboxStatus:
@@ -919,8 +924,16 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=_SYSTEM_PATH)
 
 
-def _bubblewrap_probe(user: SandboxUser | None) -> tuple[list[str] | None, str]:
-    """The command that tries bubblewrap as a worker would use it, or None and why it cannot."""
+# The uid the probe drops to: nobody's, never a sandbox user's. Starting a worker kills every
+# process of the sandbox user it claims (whatever a dead grader left there), so a probe running
+# as one could be killed by another grading's start, and "bubblewrap fails here" would be kept
+# as this process's answer.
+_PROBE_UID = 65534
+
+
+def _bubblewrap_probe() -> tuple[list[str] | None, str]:
+    """The command that tries bubblewrap as a worker uses it (namespaces, mounts, then setpriv
+    to an unprivileged uid), or None and why it cannot."""
     bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
     if bwrap is None:
         return None, "bwrap not found; install the Debian package bubblewrap"
@@ -928,8 +941,7 @@ def _bubblewrap_probe(user: SandboxUser | None) -> tuple[list[str] | None, str]:
         return None, "setpriv not found; install the Debian package util-linux"
     if os.geteuid() != 0:
         return None, f"{bwrap} is run by root here, to mount before it drops to a sandbox user; the grader is uid {os.geteuid()}"
-    uid, gid = (user.uid, user.gid) if user else (65534, 65534)
-    return [bwrap, *_bwrap_base(), "--", *_drop(setpriv, uid, gid), "/bin/true"], ""
+    return [bwrap, *_bwrap_base(), "--", *_drop(setpriv, _PROBE_UID, _PROBE_UID), "/bin/true"], ""
 
 
 # The bubblewrap probe, started by begin_probe() and answered by the next _probe_bubblewrap().
@@ -942,8 +954,7 @@ def begin_probe() -> None:
     check has passed)."""
     if _detect.cache_info().currsize:
         return
-    users = sandbox_users()
-    command, _ = _bubblewrap_probe(users[0] if users else None)
+    command, _ = _bubblewrap_probe()
     if command is None or tuple(command) in _PROBING:
         return
     try:
@@ -957,8 +968,8 @@ def _start_probe(command: list[str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE, env={"PATH": _SYSTEM_PATH})
 
 
-def _probe_bubblewrap(user: SandboxUser | None, describe: bool = True) -> tuple[bool, str]:
-    command, why_not = _bubblewrap_probe(user)
+def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str]:
+    command, why_not = _bubblewrap_probe()
     if command is None:
         return False, why_not
     bwrap = command[0]

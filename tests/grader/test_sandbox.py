@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -862,14 +863,69 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
         launched.close()
 
 
+def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
+    """A worker's start kills every process of the sandbox user it claims (what a dead grader
+    left). The probe must not run as one of them: in the service, a grading thread's probe was
+    killed by the other thread's worker start ("bwrap fails here: exit status 137"), and that
+    answer, kept for the life of the process, refused every later submission."""
+    import threading
+
+    import grader.sandbox as sandbox
+
+    uids = {user.uid for user in sandbox_users()}
+    assert uids, "the sandbox users are set up by make test (scripts/setup-sandbox.sh)"
+    stop = threading.Event()
+
+    def claims() -> None:  # what a worker's start does to the user it claims, to all of them at once
+        while not stop.is_set():
+            for pid in os.listdir("/proc"):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text() if pid.isdigit() else ""
+                    owners = next((line.split()[1:4] for line in status.splitlines() if line.startswith("Uid:")), [])
+                    if uids & {int(uid) for uid in owners}:
+                        os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass  # gone meanwhile
+
+    killer = threading.Thread(target=claims)
+    killer.start()
+    try:
+        answers = [sandbox_status(fresh=True).get(Layer.BUBBLEWRAP) for _ in range(24)]
+    finally:
+        stop.set()
+        killer.join()
+        sandbox._detect.cache_clear()
+    assert [a.detail for a in answers if not a.active] == []
+
+
+def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
+    """The service's grading threads all check the sandbox when the first submissions come:
+    one bubblewrap probe answers them all."""
+    import threading
+
+    import grader.sandbox as sandbox
+
+    order: list[str] = []
+    record_calls(monkeypatch, order, probe=(sandbox, "_probe_bubblewrap"))
+    sandbox._detect.cache_clear()
+    answers: list[SandboxStatus] = []
+    threads = [threading.Thread(target=lambda: answers.append(sandbox_status())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert order == ["probe"]
+    assert len(answers) == 4 and all(a is answers[0] for a in answers)
+
+
 def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_probe_fails(monkeypatch):
     import grader.launch as launch
     import grader.sandbox as sandbox
 
     real = sandbox._bubblewrap_probe
 
-    def failing(user):
-        command, why = real(user)
+    def failing():
+        command, why = real()
         return ([*command[:-1], "/bin/false"] if command else command), why  # bubblewrap "fails here"
 
     monkeypatch.setattr(sandbox, "_bubblewrap_probe", failing)
