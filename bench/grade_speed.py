@@ -4,7 +4,9 @@ The baseline is what one would write first: one fresh ``python -m pytest`` proce
 variant run (the reference twice, every wheat, every mutant), each on an exported copy of the
 variant. Both grade the bundled example's tests. Several rounds alternate the two; the medians
 and their ratio are printed, with the per-variant overhead of mutagrade (wall time per suite
-run minus the time spent inside the tests). Beside them, in the same run:
+run minus the time spent inside the tests), and the same comparison in CPU-seconds (how long
+the machine's cores were busy: mutagrade grades on both cores, the baseline runs on one).
+Beside them, in the same run:
 
 * a suite of one test that spins forever, and the bundled suite with one more test that spins
   on a single mutant only (a time-out kill): what a broken suite costs;
@@ -35,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 from grader.paths import default_layout  # noqa: E402
 from grader.variants import VariantKind, build_variants, export_variant  # noqa: E402
 
+from ab_grade import busy_seconds  # noqa: E402 - beside this script
+
 TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
 # pytest plugins installed beside the project (hypothesis, schemathesis) would slow the baseline
 # unfairly: both sides load only pytest's own.
@@ -56,6 +60,13 @@ def test_a_waits_while_the_answer_is_{mutant}s():
     while abs(value - {value!r}) < 1e-12:
         pass
 '''
+
+
+def busy_during(measure, *args):
+    """``measure(*args)``, with the CPU-seconds the machine's cores were busy meanwhile."""
+    busy = busy_seconds()
+    value = measure(*args)
+    return value, busy_seconds() - busy
 
 
 def grade_once(tests: Path, *extra: str) -> tuple[float, dict]:
@@ -147,14 +158,17 @@ def main() -> None:
         exports = [export_variant(layout, v, tmp / "exports" / v.id) for v in variants]
         reference = next(e for e, v in zip(exports, variants) if v.kind is VariantKind.REFERENCE)
         exports.insert(0, reference)  # the reference runs twice, as in grading
-        fast, slow, overhead, runs = [], [], [], []
+        fast, slow, overhead, runs, fast_cpu, slow_cpu = [], [], [], [], [], []
         for _ in range(args.rounds):
-            wall, report = grade_once(TESTS)
+            (wall, report), cpu = busy_during(grade_once, TESTS)
             timing = report["timing"]
             fast.append(wall)
+            fast_cpu.append(cpu)
             runs.append(timing["runs"])
             overhead.append((wall - timing["tests_s"]) / timing["runs"] * 1000)
-            slow.append(baseline_once(exports))
+            baseline, cpu = busy_during(baseline_once, exports)
+            slow.append(baseline)
+            slow_cpu.append(cpu)
         spin, one, mutant = hostile_suites(tmp, variants)
         spin_wall, spin_report = grade_once(spin)
         one_wall, one_report = grade_once(one)
@@ -170,6 +184,12 @@ def main() -> None:
     print(f"baseline (pytest per variant)     median {base:.3f} s   all {[round(x, 3) for x in slow]}")
     print(f"speedup_vs_subprocess             {base / mg:.1f}x")
     print(f"per_variant_overhead_ms           {statistics.median(overhead):.1f}")
+    # The same comparison in CPU-seconds (every core of the machine, busy): what is left of the
+    # speed-up once mutagrade's use of both cores is taken out, and the figure that moves least
+    # with the machine's other load.
+    mg_cpu, base_cpu = statistics.median(fast_cpu), statistics.median(slow_cpu)
+    print(f"CPU-seconds busy                  mutagrade {mg_cpu:.2f}, baseline {base_cpu:.2f}: "
+          f"{base_cpu / mg_cpu:.1f}x less CPU; wall/CPU {mg / mg_cpu:.2f} against {base / base_cpu:.2f}")
     print(f"one spinning test                 {spin_wall:.2f} s   ({spin_wall / mg:.1f}x the bundled suite; "
           f"{spin_report['timing']['runs']} suite runs)")
     print(f"bundled + a time-out on {mutant}     {one_wall:.2f} s   ({one_wall / mg:.1f}x the bundled suite; "
