@@ -199,6 +199,7 @@ def sandbox_status(*, fresh: bool = False, describe: bool = False) -> SandboxSta
     with _DETECTING:
         if fresh:
             _detect.cache_clear()
+        _forget_a_failed_probe()
         return _detect(describe)
 
 
@@ -229,6 +230,11 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
 
 
 _DETECTING = threading.RLock()
+# A bubblewrap run that failed is kept as the answer for this long (seconds), then tried again:
+# in a long-running process (the service) a passing failure must not refuse every grading
+# until a restart.
+RETRY_FAILED_PROBE_S = 60.0
+_failed_probe_at: float | None = None  # when the kept answer's bubblewrap run failed
 
 
 @functools.cache
@@ -238,10 +244,20 @@ def _detect(describe: bool = False) -> SandboxStatus:
     return _status(users, seccomp, _probe_bubblewrap(describe))
 
 
+def _forget_a_failed_probe() -> None:
+    """Forget this process's answer if its bubblewrap run failed long enough ago."""
+    global _failed_probe_at
+    with _DETECTING:
+        if _failed_probe_at is not None and time.monotonic() - _failed_probe_at >= RETRY_FAILED_PROBE_S:
+            _failed_probe_at = None
+            _detect.cache_clear()
+
+
 def provisional_status() -> SandboxStatus:
     """What :func:`sandbox_status` will say if bubblewrap works as its probe (see
     :func:`begin_probe`) tries it; the answer itself is not waited for. Once this process has
     the answer (a service grading again), the answer itself."""
+    _forget_a_failed_probe()
     if _detect.cache_info().currsize:
         return _detect()
     command, why_not = _bubblewrap_probe()
@@ -952,6 +968,7 @@ def begin_probe() -> None:
     """Start probing bubblewrap now, without waiting for it: the next :func:`check_mode` only
     collects the answer. A grading starts its workers meanwhile (they run nothing until the
     check has passed)."""
+    _forget_a_failed_probe()
     if _detect.cache_info().currsize:
         return
     command, _ = _bubblewrap_probe()
@@ -969,10 +986,15 @@ def _start_probe(command: list[str]) -> subprocess.Popen[bytes]:
 
 
 def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str]:
+    """Whether bubblewrap works here, and how it is set up or why not (a run that fails is
+    remembered: see RETRY_FAILED_PROBE_S)."""
+    global _failed_probe_at
+    _failed_probe_at = None
     command, why_not = _bubblewrap_probe()
     if command is None:
         return False, why_not
     bwrap = command[0]
+    _failed_probe_at = time.monotonic()  # until it passes
     try:
         running = _PROBING.pop(tuple(command), None) or _start_probe(command)
         try:
@@ -986,6 +1008,7 @@ def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str]:
     if running.returncode != 0:
         why = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {running.returncode}"]
         return False, f"{bwrap} fails here: {why[0]}"
+    _failed_probe_at = None
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() if describe else ""
     return True, (
         f"{version or bwrap}: new pid, net, ipc, uts and mount namespaces; system read-only; only the "

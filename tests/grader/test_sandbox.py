@@ -898,6 +898,31 @@ def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
     assert [a.detail for a in answers if not a.active] == []
 
 
+def test_a_failed_bubblewrap_probe_is_tried_again_after_a_while(monkeypatch):
+    """A long-running process (the service) keeps the sandbox's answer; a failed bubblewrap run
+    is kept only for RETRY_FAILED_PROBE_S, then tried again, so that a passing failure does not
+    refuse every grading until a restart."""
+    import grader.sandbox as sandbox
+
+    real = sandbox._bubblewrap_probe
+
+    def failing():
+        command, why = real()
+        return [*command[:-1], "/bin/false"], why
+
+    monkeypatch.setattr(sandbox, "_bubblewrap_probe", failing)
+    assert not sandbox_status(fresh=True).active(Layer.BUBBLEWRAP)
+    monkeypatch.setattr(sandbox, "_bubblewrap_probe", real)  # it works again
+    try:
+        assert not sandbox_status().active(Layer.BUBBLEWRAP)  # kept for a while
+        monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.0)
+        time.sleep(0.01)
+        assert sandbox_status().active(Layer.BUBBLEWRAP)  # then tried again
+        assert sandbox.provisional_status().active(Layer.BUBBLEWRAP)
+    finally:
+        sandbox._detect.cache_clear()
+
+
 def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
     """The service's grading threads all check the sandbox when the first submissions come:
     one bubblewrap probe answers them all."""
