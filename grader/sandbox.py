@@ -192,15 +192,12 @@ class SandboxStatus:
 
 def sandbox_status(*, fresh: bool = False, describe: bool = False) -> SandboxStatus:
     """Which layers this machine offers. Probing runs bubblewrap once; the answer is kept for
-    the life of the process unless ``fresh``. ``describe`` (the doctor's) also says how each
-    layer is set up, at a cost every grading would pay: bubblewrap's version, and whether the
-    children's allow-list installs here (a throwaway child tries it). Threads asking at once
-    (the service's grading threads) wait for one probe's answer."""
-    with _DETECTING:
-        if fresh:
-            _detect.cache_clear()
-        _forget_a_failed_probe()
-        return _detect(describe)
+    the life of the process unless ``fresh`` (an answer whose bubblewrap run failed, only for
+    :data:`RETRY_FAILED_PROBE_S`). ``describe`` (the doctor's) also says how each layer is set
+    up, at a cost every grading would pay: bubblewrap's version, and whether the children's
+    allow-list installs here (a throwaway child tries it). Threads asking at once (the
+    service's grading threads) wait for one probe's answer."""
+    return _ANSWERS.get(describe, fresh=fresh)
 
 
 def doctor_lines() -> list[str]:
@@ -229,37 +226,64 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
     return status
 
 
-_DETECTING = threading.RLock()
 # A bubblewrap run that failed is kept as the answer for this long (seconds), then tried again:
 # in a long-running process (the service) a passing failure must not refuse every grading
 # until a restart.
 RETRY_FAILED_PROBE_S = 60.0
-_failed_probe_at: float | None = None  # when the kept answer's bubblewrap run failed
 
 
-@functools.cache
-def _detect(describe: bool = False) -> SandboxStatus:
+class _Answers:
+    """This process's answers to "which layers are there", one for each ``describe``, with
+    when the answer's bubblewrap run failed (None: it did not run, or it passed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # held for a whole probe: threads asking at once wait for it
+        self._kept: dict[bool, tuple[SandboxStatus, float | None]] = {}
+
+    def get(self, describe: bool, *, fresh: bool = False) -> SandboxStatus:
+        with self._lock:
+            kept = None if fresh else self._current(describe)
+            if kept is None:
+                kept = self._kept[describe] = _detect(describe)
+            return kept[0]
+
+    def known(self) -> SandboxStatus | None:
+        """An answer still kept, if any: never probes, never waits for a probe."""
+        for describe in (False, True):
+            kept = self._current(describe)
+            if kept is not None:
+                return kept[0]
+        return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def _current(self, describe: bool) -> tuple[SandboxStatus, float | None] | None:
+        kept = self._kept.get(describe)
+        if kept is not None and kept[1] is not None and time.monotonic() - kept[1] >= RETRY_FAILED_PROBE_S:
+            return None  # its bubblewrap run failed a while ago: ask again
+        return kept
+
+
+_ANSWERS = _Answers()
+
+
+def _detect(describe: bool) -> tuple[SandboxStatus, float | None]:
     users = sandbox_users()
     seccomp = _probe_seccomp(describe)
-    return _status(users, seccomp, _probe_bubblewrap(describe))
-
-
-def _forget_a_failed_probe() -> None:
-    """Forget this process's answer if its bubblewrap run failed long enough ago."""
-    global _failed_probe_at
-    with _DETECTING:
-        if _failed_probe_at is not None and time.monotonic() - _failed_probe_at >= RETRY_FAILED_PROBE_S:
-            _failed_probe_at = None
-            _detect.cache_clear()
+    works, detail, ran = _probe_bubblewrap(describe)
+    failed_at = time.monotonic() if ran and not works else None
+    return _status(users, seccomp, (works, detail)), failed_at
 
 
 def provisional_status() -> SandboxStatus:
     """What :func:`sandbox_status` will say if bubblewrap works as its probe (see
     :func:`begin_probe`) tries it; the answer itself is not waited for. Once this process has
     the answer (a service grading again), the answer itself."""
-    _forget_a_failed_probe()
-    if _detect.cache_info().currsize:
-        return _detect()
+    known = _ANSWERS.known()
+    if known is not None:
+        return known
     command, why_not = _bubblewrap_probe()
     return _status(sandbox_users(), _probe_seccomp(False), (command is not None, why_not or "being probed"))
 
@@ -968,8 +992,7 @@ def begin_probe() -> None:
     """Start probing bubblewrap now, without waiting for it: the next :func:`check_mode` only
     collects the answer. A grading starts its workers meanwhile (they run nothing until the
     check has passed)."""
-    _forget_a_failed_probe()
-    if _detect.cache_info().currsize:
+    if _ANSWERS.known() is not None:
         return
     command, _ = _bubblewrap_probe()
     if command is None or tuple(command) in _PROBING:
@@ -985,16 +1008,13 @@ def _start_probe(command: list[str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE, env={"PATH": _SYSTEM_PATH})
 
 
-def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str]:
-    """Whether bubblewrap works here, and how it is set up or why not (a run that fails is
-    remembered: see RETRY_FAILED_PROBE_S)."""
-    global _failed_probe_at
-    _failed_probe_at = None
+def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str, bool]:
+    """Whether bubblewrap works here, how it is set up or why not, and whether it was run at
+    all (a run that failed is tried again later: see RETRY_FAILED_PROBE_S)."""
     command, why_not = _bubblewrap_probe()
     if command is None:
-        return False, why_not
+        return False, why_not, False
     bwrap = command[0]
-    _failed_probe_at = time.monotonic()  # until it passes
     try:
         running = _PROBING.pop(tuple(command), None) or _start_probe(command)
         try:
@@ -1004,16 +1024,15 @@ def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str]:
             running.wait()
             raise
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"{bwrap} could not be run: {exc}"
+        return False, f"{bwrap} could not be run: {exc}", True
     if running.returncode != 0:
         why = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {running.returncode}"]
-        return False, f"{bwrap} fails here: {why[0]}"
-    _failed_probe_at = None
+        return False, f"{bwrap} fails here: {why[0]}", True
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() if describe else ""
     return True, (
         f"{version or bwrap}: new pid, net, ipc, uts and mount namespaces; system read-only; only the "
         "interpreter, the worker's code, the package under test and the submission's copy visible; private /tmp"
-    )
+    ), True
 
 
 def _drop(setpriv: str, uid: int, gid: int) -> list[str]:

@@ -20,7 +20,7 @@ from tests.api.burst import BurstResult, HealthPoller
 
 class _Drops(BaseHTTPRequestHandler):
     dropped: tuple[int, ...] = (2, 3, 5)  # these requests get no answer: the connection drops
-    slow: tuple[int, ...] = ()  # these are answered after a second
+    slow: tuple[int, ...] = ()  # these are answered after 1.5 s
     count = 0
     lock = threading.Lock()
 
@@ -33,7 +33,7 @@ class _Drops(BaseHTTPRequestHandler):
             self.connection.close()  # no answer at all: the client sees the connection drop
             return
         if number in self.slow:
-            time.sleep(1.0)
+            time.sleep(1.5)
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -44,14 +44,15 @@ class _Drops(BaseHTTPRequestHandler):
 
 
 class _SlowOnce(_Drops):
-    """Answers the 2nd request after a second: past the poller's time-out of 0.3 s."""
+    """Answers the 2nd request after 1.5 s: past the poller's time-out of 0.5 s."""
 
     dropped = ()
     slow = (2,)
     count = 0
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+def _serve(handler: type[_Drops]) -> Iterator[str]:
+    handler.count = 0  # a fresh count for each test, even when one is run again
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -93,7 +94,7 @@ def test_dropped_health_requests_are_asked_again_once_then_recorded_and_polling_
 
 def test_a_health_request_that_times_out_is_recorded_without_asking_again(slow_health: str) -> None:
     result = BurstResult()
-    _poll_until(HealthPoller(slow_health, result, interval_s=0.01, timeout_s=0.3), result, answers=3)
+    _poll_until(HealthPoller(slow_health, result, interval_s=0.01, timeout_s=0.5), result, answers=3)
 
     assert len(result.health_status) >= 3, "the poller stopped after the time-out"
     assert len(result.health_errors) == 1, result.health_errors
