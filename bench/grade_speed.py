@@ -185,8 +185,7 @@ def main() -> None:
     print(f"speedup_vs_subprocess             {base / mg:.1f}x")
     print(f"per_variant_overhead_ms           {statistics.median(overhead):.1f}")
     # The same comparison in CPU-seconds (every core of the machine, busy): what is left of the
-    # speed-up once mutagrade's use of both cores is taken out, and the figure that moves least
-    # with the machine's other load.
+    # speed-up once mutagrade's use of both cores is taken out.
     mg_cpu, base_cpu = statistics.median(fast_cpu), statistics.median(slow_cpu)
     print(f"CPU-seconds busy                  mutagrade {mg_cpu:.2f}, baseline {base_cpu:.2f}: "
           f"{base_cpu / mg_cpu:.1f}x less CPU; wall/CPU {mg / mg_cpu:.2f} against {base / base_cpu:.2f}")

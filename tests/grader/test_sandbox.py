@@ -862,6 +862,16 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
         launched.close()
 
 
+def _failing_here(real):
+    """The bubblewrap probe's command, ending in /bin/false: bubblewrap "fails here"."""
+
+    def failing():
+        command, why = real()
+        return ([*command[:-1], "/bin/false"] if command else command), why
+
+    return failing
+
+
 def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
     """A worker's start kills every process of the sandbox user it claims (what a dead grader
     left). The probe must not run as one of them: in the service, a grading thread's probe was
@@ -901,19 +911,13 @@ def test_a_failed_bubblewrap_probe_is_tried_again_after_a_while(monkeypatch):
     import grader.sandbox as sandbox
 
     real = sandbox._bubblewrap_probe
-
-    def failing():
-        command, why = real()
-        assert command is not None, why  # bubblewrap is set up by make test
-        return [*command[:-1], "/bin/false"], why
-
-    monkeypatch.setattr(sandbox, "_bubblewrap_probe", failing)
+    assert real()[0] is not None, real()[1]  # bubblewrap is set up by make test
+    monkeypatch.setattr(sandbox, "_bubblewrap_probe", _failing_here(real))
     assert not sandbox_status(fresh=True).active(Layer.BUBBLEWRAP)
     monkeypatch.setattr(sandbox, "_bubblewrap_probe", real)  # it works again
     try:
         assert not sandbox_status().active(Layer.BUBBLEWRAP)  # kept for a while
         monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.0)
-        time.sleep(0.01)
         assert sandbox_status().active(Layer.BUBBLEWRAP)  # then tried again
         assert sandbox.provisional_status().active(Layer.BUBBLEWRAP)
     finally:
@@ -944,13 +948,7 @@ def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_pr
     import grader.launch as launch
     import grader.sandbox as sandbox
 
-    real = sandbox._bubblewrap_probe
-
-    def failing():
-        command, why = real()
-        return ([*command[:-1], "/bin/false"] if command else command), why  # bubblewrap "fails here"
-
-    monkeypatch.setattr(sandbox, "_bubblewrap_probe", failing)
+    monkeypatch.setattr(sandbox, "_bubblewrap_probe", _failing_here(sandbox._bubblewrap_probe))
     sandbox._ANSWERS.clear()
     tests = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
     try:
