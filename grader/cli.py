@@ -617,6 +617,11 @@ def start_process() -> None:
     # No pydantic plugin is used here: scanning every installed package's entry points for
     # them costs each command a few milliseconds.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # ... and pydantic's only use of importlib.metadata is that scan: the module is imported
+    # if something uses it, not because pydantic names it (see grader.lazymodule).
+    from grader.lazymodule import defer
+
+    defer("importlib.metadata")
     # Importing the grader (pydantic's models among it) sets off dozens of collections that
     # free almost nothing (about 10 ms): the collector stays off until the imports are done.
     gc.disable()

@@ -1380,6 +1380,10 @@ _WORKER_BOOTSTRAP = (
     "s = u.spec_from_file_location('grader', os.path.join(d, '__init__.py'), submodule_search_locations=[d])\n"
     "m = sys.modules['grader'] = u.module_from_spec(s)\n"
     "s.loader.exec_module(m)\n"
+    # pytest names importlib.metadata at its start but a worker never uses it: not imported
+    # unless a test does (see grader.lazymodule).
+    "from grader.lazymodule import defer\n"
+    "defer('importlib.metadata')\n"
     "from grader.worker import main\n"
     "main()\n"
 )
