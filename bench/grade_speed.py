@@ -6,6 +6,12 @@ variant. Both grade the bundled example's tests. Several rounds alternate the tw
 and their ratio are printed, with the per-variant overhead of mutagrade (wall time per suite
 run minus the time spent inside the tests), and the same comparison in CPU-seconds (how long
 the machine's cores were busy: mutagrade grades on both cores, the baseline runs on one).
+
+This machine's speed drifts by a third within minutes, and files unused for a minute leave its
+page cache. So one grading and one baseline process run first, untimed (the first grading of a
+run otherwise reads its files from disk), and each round grades in the middle of its baseline
+(half the baseline's processes, the grading, the other half): the ratio of each round compares
+times taken at the same moment; their median is printed beside the ratio of the medians.
 Beside them, in the same run:
 
 * a suite of one test that spins forever, and the bundled suite with one more test that spins
@@ -79,6 +85,17 @@ def grade_once(tests: Path, *extra: str) -> tuple[float, dict]:
     if done.returncode not in (0, 1):
         raise SystemExit(f"mutagrade grade failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return wall, json.loads(done.stdout)
+
+
+def round_once(exports: list[Path]) -> tuple[float, float, dict, float, float]:
+    """One round: the first half of the baseline, one grading, the second half. Returns the
+    grading's wall time, its report and busy CPU-seconds, and the baseline's wall time and
+    busy CPU-seconds (both halves)."""
+    half = len(exports) // 2
+    first, first_cpu = busy_during(baseline_once, exports[:half])
+    (wall, report), cpu = busy_during(grade_once, TESTS)
+    second, second_cpu = busy_during(baseline_once, exports[half:])
+    return wall, cpu, report, first + second, first_cpu + second_cpu
 
 
 def baseline_once(exports: list[Path]) -> float:
@@ -158,17 +175,18 @@ def main() -> None:
         exports = [export_variant(layout, v, tmp / "exports" / v.id) for v in variants]
         reference = next(e for e, v in zip(exports, variants) if v.kind is VariantKind.REFERENCE)
         exports.insert(0, reference)  # the reference runs twice, as in grading
+        grade_once(TESTS)  # untimed: the files both sides read come into the page cache
+        baseline_once(exports[:1])
         fast, slow, overhead, runs, fast_cpu, slow_cpu = [], [], [], [], [], []
         for _ in range(args.rounds):
-            (wall, report), cpu = busy_during(grade_once, TESTS)
+            wall, cpu, report, baseline, baseline_cpu = round_once(exports)
             timing = report["timing"]
             fast.append(wall)
             fast_cpu.append(cpu)
             runs.append(timing["runs"])
             overhead.append((wall - timing["tests_s"]) / timing["runs"] * 1000)
-            baseline, cpu = busy_during(baseline_once, exports)
             slow.append(baseline)
-            slow_cpu.append(cpu)
+            slow_cpu.append(baseline_cpu)
         spin, one, mutant = hostile_suites(tmp, variants)
         spin_wall, spin_report = grade_once(spin)
         one_wall, one_report = grade_once(one)
@@ -177,12 +195,14 @@ def main() -> None:
         batch = batch_versus_single(tmp, args.batch) if args.batch else None
     mg, base = statistics.median(fast), statistics.median(slow)
     print(f"variants: {len(variants)} ({sum(v.kind is VariantKind.MUTANT for v in variants)} mutants); "
-          f"baseline runs per round: {len(exports)}; rounds: {args.rounds}; cores: {os.cpu_count()}; "
+          f"baseline runs per round: {len(exports)}, the grading in their middle; rounds: {args.rounds} after an untimed "
+          f"grading and baseline process; cores: {os.cpu_count()}; "
           f"load average at start: {load:.2f}")
     print(f"mutagrade grade (whole process)   median {mg:.3f} s   all {[round(x, 3) for x in fast]}   "
           f"suite runs {statistics.median(runs):g}")
     print(f"baseline (pytest per variant)     median {base:.3f} s   all {[round(x, 3) for x in slow]}")
-    print(f"speedup_vs_subprocess             {base / mg:.1f}x")
+    print(f"speedup_vs_subprocess             {base / mg:.1f}x   (median of each round's own ratio: "
+          f"{statistics.median(b / g for b, g in zip(slow, fast)):.1f}x)")
     print(f"per_variant_overhead_ms           {statistics.median(overhead):.1f}")
     # The same comparison in CPU-seconds (every core of the machine, busy): what is left of the
     # speed-up once mutagrade's use of both cores is taken out.
