@@ -224,3 +224,24 @@ def test_grade_with_a_bad_option_starts_no_worker(capsys, monkeypatch):
     assert exit_.value.code == 2
     assert "invalid choice: 'pdf'" in capsys.readouterr().err
     assert claimed == []  # the grade's own parser read the option too: nothing was started
+
+
+def test_grade_collects_garbage_without_walking_what_its_imports_made():
+    """The command imports with the collector off; it turns it on for the grading with the
+    imported objects frozen, so no collection walks them (and it does collect)."""
+    example = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+    probe = (
+        "import gc, sys\n"
+        "from grader import cli\n"
+        "cli.start_process()\n"
+        "walked = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'start' and walked.append(info['generation']))\n"
+        f"code = cli.main(['grade', {str(example)!r}, '--format', 'json', '--output', '/dev/null'])\n"
+        "print(code, gc.isenabled(), gc.get_freeze_count(), len(walked), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, cwd=LAYOUT.root)
+    code, enabled, frozen, collections = done.stderr.split()[-4:]
+    assert (code, enabled) == ("0", "True"), done.stderr
+    assert int(frozen) > 20_000  # the grader, pydantic and the models, made while the collector was off
+    assert int(collections) > 0  # and the grading's own garbage is collected as usual
