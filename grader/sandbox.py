@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from grader.wire import WorkerSandbox
 
@@ -458,45 +458,72 @@ def _lock_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
 
 def user_processes(uid: int) -> list[int]:
     """The live (not zombie) processes whose real, effective or saved uid is ``uid``."""
+    return _processes_of({uid})
+
+
+def _processes_of(uids: AbstractSet[int]) -> list[int]:
+    """The live processes whose real, effective or saved uid is one of ``uids``: one pass over
+    /proc, whatever the number of users (a machine runs a hundred processes and more)."""
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _runs_as(int(entry), uid):
+        if entry.isdigit() and not uids.isdisjoint(_uids_of(int(entry))):
             found.append(int(entry))
     return found
 
 
 def _runs_as(pid: int, uid: int) -> bool:
-    # /proc/<pid>/status, not the folder's owner: a non-dumpable process's folder is root's.
+    return uid in _uids_of(pid)
+
+
+def _uids_of(pid: int) -> tuple[int, ...]:
+    """The real, effective and saved uids of a live process; () for a zombie or a process
+    that is gone. From /proc/<pid>/status, not the folder's owner: a non-dumpable process's
+    folder is root's."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            text = handle.read()
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
     except OSError:
-        return False
-    uids: list[int] = []
-    zombie = False
-    for line in text.splitlines():
-        if line.startswith(b"State:"):
-            zombie = line.split()[1:2] in ([b"Z"], [b"X"])
-        elif line.startswith(b"Uid:"):
-            uids = [int(value) for value in line.split()[1:4]]
-            break
-    return uid in uids and not zombie
+        return ()
+    try:
+        # The first lines are enough (Name, Umask, State, ..., Uid: about 300 bytes; a name
+        # is at most 64 once escaped); one read, not the whole file through a buffered reader.
+        head = os.read(fd, _STATUS_HEAD)
+    except OSError:
+        return ()
+    finally:
+        os.close(fd)
+    state = head.find(b"\nState:")
+    at = head.find(b"\nUid:")
+    if state < 0 or at < 0 or head.find(b"\n", at + 1) < 0:
+        return ()  # not the layout of any kernel this runs on: treated as gone
+    if head[state + 7:state + 16].split()[:1] in ([b"Z"], [b"X"]):
+        return ()
+    return tuple(int(value) for value in head[at + 5:head.find(b"\n", at + 1)].split()[:3])
+
+
+_STATUS_HEAD = 1024
 
 
 def _kill_user(uid: int, *, rounds: int = 200) -> None:
-    """SIGKILL every process of ``uid`` until none is left (a fork bomb refills the table
-    while it is being emptied, hence the rounds)."""
+    """SIGKILL every process of ``uid`` until none is left."""
+    _kill_users({uid}, rounds=rounds)
+
+
+def _kill_users(uids: AbstractSet[int], *, rounds: int = 200) -> None:
+    """SIGKILL every process of each of ``uids`` until none is left (a fork bomb refills the
+    table while it is being emptied, hence the rounds)."""
+    if not uids:
+        return
     for _ in range(rounds):
-        alive = user_processes(uid)
+        alive = _processes_of(uids)
         if not alive:
             return
         for pid in alive:
-            _kill_pid(pid, uid)
+            _kill_pid(pid, uids)
         time.sleep(0.002)
-    raise SandboxError(f"processes of sandbox uid {uid} survived {rounds} rounds of SIGKILL: {user_processes(uid)}")
+    raise SandboxError(f"processes of sandbox uids {sorted(uids)} survived {rounds} rounds of SIGKILL: {_processes_of(uids)}")
 
 
-def _kill_pid(pid: int, uid: int) -> None:
+def _kill_pid(pid: int, uids: AbstractSet[int]) -> None:
     # A pidfd pins the process: the pid cannot be reused by an innocent one between the
     # check of its uid and the signal.
     try:
@@ -504,7 +531,7 @@ def _kill_pid(pid: int, uid: int) -> None:
     except (ProcessLookupError, OSError):
         return
     try:
-        if _runs_as(pid, uid):
+        if not uids.isdisjoint(_uids_of(pid)):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
         pass
@@ -1256,23 +1283,26 @@ class SandboxedWorker:
 
     def close(self) -> None:
         """Kill the worker's session and every process of its uid; free the user; remove the copy."""
+        close_workers([self])
+
+    def _reap(self) -> bool:
+        """Kill the session and wait for it (the first step of closing); False if closed already."""
         if self._closed:
-            return
+            return False
         self.kill()
         self._closed = True
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
-        try:
-            if self._claim is not None:
-                _kill_user(self._claim.user.uid)
-        finally:
-            # The copy goes before the user is freed: the next holder finds nothing of ours.
-            if self._workdir is not None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
-            if self._claim is not None:
-                self._claim.release()
+        return True
+
+    def _free(self) -> None:
+        # The copy goes before the user is freed: the next holder finds nothing of ours.
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+        if self._claim is not None:
+            self._claim.release()
 
     def __enter__(self) -> SandboxedWorker:
         return self
@@ -1283,12 +1313,17 @@ class SandboxedWorker:
 
 def close_workers(workers: Iterable[SandboxedWorker]) -> None:
     """Close several workers: each one's session is killed first, so that they all go down
-    at once rather than one after another."""
+    at once rather than one after another; then every process of their users (one pass over
+    /proc for all of them), and each user is freed with its copy removed."""
     workers = list(workers)
     for worker in workers:
         worker.kill()
-    for worker in workers:
-        worker.close()
+    closing = [worker for worker in workers if worker._reap()]
+    try:
+        _kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
+    finally:
+        for worker in closing:
+            worker._free()
 
 
 def start_worker(

@@ -21,6 +21,7 @@ import pytest
 
 from grader.models import Outcome, SuiteRun, WorkerRun
 from grader.paths import default_layout
+from grader import sandbox
 from grader.runner import RunLimits, WorkerProcess
 from grader.sandbox import (
     CHILD_SYSCALLS,
@@ -522,6 +523,7 @@ KILLED_GRADER = '''
 import sys, time
 from pathlib import Path
 from grader.paths import default_layout
+from grader import sandbox
 from grader.runner import RunLimits, WorkerProcess
 from grader.sandbox import SandboxMode, user_processes
 
@@ -1025,3 +1027,65 @@ def test_who():
     tests = _write_suite(tmp_path / "tests", suite)
     [run] = _run(tests, limits=RunLimits(run_timeout=12.0, test_timeout=2.0, jobs=1, sandbox=SandboxMode.NONE))
     assert f"uid={os.getuid()} cwd={tests}" in run.results[0].message
+
+
+# ----------------------------------------------------------------------------- the uid scan
+def _sleeping_as(user: SandboxUser) -> subprocess.Popen:
+    return subprocess.Popen(["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
+                             "sleep", "60"])
+
+
+def _two_users_held():
+    users = sandbox_users()
+    if len(users) < 2:
+        pytest.fail("the sandbox users are not set up (scripts/setup-sandbox.sh): make test does it")
+    first = _lock_user(users, wait=60.0)
+    second = _lock_user([u for u in users if u != first.user], wait=60.0)
+    return first, second
+
+
+def test_the_uid_scan_reads_each_process_uids_and_passes_over_zombies():
+    own = os.getresuid()
+    assert sandbox._uids_of(os.getpid()) == own
+    first, second = _two_users_held()
+    sleeper = _sleeping_as(first.user)
+    zombie = os.fork()
+    if zombie == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10.0
+        while sandbox._uids_of(sleeper.pid) != (first.user.uid,) * 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # setpriv has not changed its uids yet
+        assert sandbox._uids_of(sleeper.pid) == (first.user.uid,) * 3
+        assert sandbox._processes_of({first.user.uid}) == [sleeper.pid]
+        assert sandbox._processes_of({second.user.uid}) == []
+        while Path(f"/proc/{zombie}/status").read_text().split("State:")[1].split()[0] != "Z":
+            time.sleep(0.01)
+        assert sandbox._uids_of(zombie) == ()  # exited, not yet reaped: not a live process
+        assert sandbox._uids_of(2**22 + 1) == ()  # no such process
+    finally:
+        os.waitpid(zombie, 0)
+        sleeper.kill()
+        sleeper.wait()
+        first.release()
+        second.release()
+
+
+def test_one_pass_kills_the_processes_of_several_users():
+    first, second = _two_users_held()
+    sleepers = [_sleeping_as(first.user), _sleeping_as(first.user), _sleeping_as(second.user)]
+    try:
+        uids = {first.user.uid, second.user.uid}
+        deadline = time.monotonic() + 10.0
+        while len(sandbox._processes_of(uids)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(sandbox._processes_of(uids)) == sorted(s.pid for s in sleepers)
+        sandbox._kill_users(uids)
+        assert sandbox._processes_of(uids) == []
+        assert [s.wait(timeout=10) for s in sleepers] == [-9, -9, -9]
+    finally:
+        for s in sleepers:
+            s.kill()
+            s.wait()
+        first.release()
+        second.release()
