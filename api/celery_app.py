@@ -17,7 +17,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from api import crud
 from api.config import Settings, get_settings
 from api.db import make_engine, make_sessionmaker
-from api.jobs import grade_submission, make_pool
+from api.jobs import GradingDeferred, grade_submission, make_pool
 
 __all__ = ["make_celery"]
 
@@ -87,8 +87,12 @@ def make_celery(settings: Settings | None = None) -> Celery:
             raise task.retry(exc=exc) from exc
         if submission is None:
             return "skipped: done, or being graded by a live worker"
-        stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
-                                  pool=pool())
+        try:
+            stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
+                                      pool=pool())
+        except GradingDeferred as deferred:  # back in the queue: this worker's sandbox is not ready
+            raise task.retry(exc=deferred, countdown=deferred.retry_after_s,
+                             max_retries=settings.sandbox_attempts) from deferred
         return "graded" if stored else "graded, but another worker's result stood"
 
     @app.task(name="mutagrade.golden", bind=True, max_retries=1)

@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from grader.sandbox import RETRY_FAILED_PROBE_S
+
 __all__ = ["Settings", "get_settings"]
 
 
@@ -41,6 +43,14 @@ class Settings(BaseSettings):
     )
     root: Path | None = Field(default=None, description="the mutagrade checkout (default: this one)")
     grade_jobs: int | None = Field(default=None, ge=1, description="children per grading run (default: cores)")
+    sandbox_attempts: int = Field(
+        default=5, ge=1,
+        description="claims of a submission while this machine's sandbox is unavailable before it is stored as an error",
+    )
+    sandbox_retry_s: float = Field(
+        default=RETRY_FAILED_PROBE_S, gt=0,
+        description="seconds before a submission put back for the sandbox is tried again (when the sandbox is checked again)",
+    )
 
     @property
     def claim_lease_s(self) -> float:

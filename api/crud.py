@@ -163,6 +163,18 @@ def finish_submission(
     return stored.rowcount == 1
 
 
+def release(session: Session, submission_id: int, *, worker: str) -> bool:
+    """Put a submission ``worker`` holds back in the queue, as it was before the claim (it could
+    not be graded now, through no fault of its own); returns whether ``worker`` still held it."""
+    released = session.execute(
+        update(Submission)
+        .where(Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker)
+        .values(status="queued", claimed_by=None, started_at=None)
+    )
+    session.commit()
+    return released.rowcount == 1
+
+
 def requeue_running(session: Session, *, worker_prefix: str | None = None) -> int:
     """Queue again the jobs a stopped server left running (all of them, or one worker's)."""
     query = update(Submission).where(Submission.status == "running")

@@ -21,8 +21,20 @@ from grader.journal import JournalFormatError, verify_journal
 from grader.models import JournalSummary
 from grader.paths import Layout, default_layout
 from grader.matrix import WorkerPool
+from grader.sandbox import SandboxUnavailable
 
-__all__ = ["archive_limits", "grade_submission", "layout_of", "make_pool"]
+__all__ = ["GradingDeferred", "archive_limits", "grade_submission", "layout_of", "make_pool"]
+
+
+class GradingDeferred(Exception):
+    """The submission is back in the queue, as it was: this machine's sandbox is not available
+    now (bubblewrap failing for a while, say). Its grader waits ``retry_after_s`` (the sandbox
+    is checked again by then) before it takes a job again."""
+
+    def __init__(self, why: str, retry_after_s: float) -> None:
+        super().__init__(why)
+        self.why = why
+        self.retry_after_s = retry_after_s
 
 
 def layout_of(settings: Settings) -> Layout:
@@ -49,6 +61,10 @@ def grade_submission(
 
     Bad input (an archive that no longer unpacks, a malformed journal) is stored as the
     submission's error, as is a failure of the grader itself.
+
+    Raises:
+        GradingDeferred: the sandbox is unavailable here: the submission was put back in the
+            queue (after ``settings.sandbox_attempts`` claims it is stored as an error instead).
     """
     layout = layout_of(settings)
     assignment = load_assignment(layout.assignment)
@@ -72,6 +88,8 @@ def grade_submission(
                 full_matrix=bool(submission.full_matrix),
                 pool=pool,
             )
+    except SandboxUnavailable as exc:
+        return _without_sandbox(submission, exc, settings=settings, make_session=make_session, worker=worker)
     except (ArchiveError, GradingInputError, JournalFormatError) as exc:
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {exc}")
@@ -87,3 +105,22 @@ def grade_submission(
             passed=report.passed,
             kill_rate=report.score.kill_rate,
         )
+
+
+def _without_sandbox(
+    submission: Submission, exc: SandboxUnavailable, *, settings: Settings, make_session: sessionmaker, worker: str,
+) -> bool:
+    """Nothing can be graded on this machine now: the submission goes back to the queue, to be
+    tried again once the sandbox has been checked again, up to ``settings.sandbox_attempts``
+    claims in all; then it is stored as an error that says what is missing and what to do."""
+    if submission.attempts < settings.sandbox_attempts:
+        with make_session() as session:
+            if not crud.release(session, submission.id, worker=worker):
+                return False  # regraded or requeued meanwhile: not ours to put back
+        raise GradingDeferred(str(exc), settings.sandbox_retry_s) from exc
+    error = (
+        f"could not be graded: the grading sandbox was not available on this machine in {submission.attempts} "
+        f"tries: {exc}. Staff: `mutagrade doctor` says what is missing; regrade the submission once it is fixed"
+    )
+    with make_session() as session:
+        return crud.finish_submission(session, submission.id, worker=worker, error=error)

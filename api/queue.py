@@ -19,7 +19,7 @@ from sqlalchemy.orm import sessionmaker
 
 from api import crud
 from api.config import Settings
-from api.jobs import grade_submission, make_pool
+from api.jobs import GradingDeferred, grade_submission, make_pool
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
@@ -47,6 +47,7 @@ class LocalQueue:
         self._wake = threading.Condition()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._paused_until = 0.0  # no thread takes a job before then (the sandbox is unavailable)
 
     def start(self) -> None:
         with self.make_session() as session:
@@ -90,6 +91,10 @@ class LocalQueue:
         try:
             while not self._stopping.is_set():
                 try:
+                    paused = self._paused_until - time.monotonic()
+                    if paused > 0:
+                        self._stopping.wait(paused)
+                        continue
                     with self.make_session() as session:
                         submission = crud.claim_next(session, worker=worker)
                     if submission is None:
@@ -98,8 +103,15 @@ class LocalQueue:
                         with self._wake:
                             self._wake.wait(timeout=1.0)
                         continue
-                    grade_submission(submission, settings=self.settings, make_session=self.make_session,
-                                     worker=worker, pool=pool)
+                    try:
+                        grade_submission(submission, settings=self.settings, make_session=self.make_session,
+                                         worker=worker, pool=pool)
+                    except GradingDeferred as deferred:
+                        # Every thread of this process would meet the same sandbox: all wait.
+                        self._paused_until = max(self._paused_until, time.monotonic() + deferred.retry_after_s)
+                        log.warning("grading worker %s: submission %d queued again, grading resumes in %.0f s: %s",
+                                    worker, submission.id, deferred.retry_after_s, deferred.why)
+                        pool.close()
                     idle_since = time.monotonic()
                 except Exception:  # noqa: BLE001 - a broken job must not end the worker thread
                     log.exception("grading worker %s: unexpected error; continuing", worker)

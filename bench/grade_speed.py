@@ -203,7 +203,11 @@ def main() -> None:
     print(f"baseline (pytest per variant)     median {base:.3f} s   all {[round(x, 3) for x in slow]}")
     print(f"speedup_vs_subprocess             {base / mg:.1f}x   (median of each round's own ratio: "
           f"{statistics.median(b / g for b, g in zip(slow, fast)):.1f}x)")
-    print(f"per_variant_overhead_ms           {statistics.median(overhead):.1f}")
+    # The same overhead against one baseline process of the same round (a figure that moves
+    # less with the machine's speed than milliseconds do).
+    shares = [o / (b / len(exports) * 1000) for o, b in zip(overhead, slow)]
+    print(f"per_variant_overhead_ms           {statistics.median(overhead):.1f}   "
+          f"({statistics.median(shares):.1%} of one baseline process of the same round)")
     # The same comparison in CPU-seconds (every core of the machine, busy): what is left of the
     # speed-up once mutagrade's use of both cores is taken out.
     mg_cpu, base_cpu = statistics.median(fast_cpu), statistics.median(slow_cpu)

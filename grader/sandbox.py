@@ -226,15 +226,15 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
     return status
 
 
-# A bubblewrap run that failed is kept as the answer for this long (seconds), then tried again:
-# in a long-running process (the service) a passing failure must not refuse every grading
-# until a restart.
+# A bubblewrap run that failed, or an answer that refuses mode auto (no sandbox user yet), is
+# kept for this long (seconds), then asked again: in a long-running process (the service) a
+# passing failure, or a setup script run while it serves, must not wait for a restart.
 RETRY_FAILED_PROBE_S = 60.0
 
 
 class _Answers:
     """This process's answers to "which layers are there", one for each ``describe``, with
-    when the answer's bubblewrap run failed (None: it did not run, or it passed)."""
+    when the answer's bubblewrap run failed or the answer refused mode auto (None: neither)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # held for a whole probe: threads asking at once wait for it
@@ -262,7 +262,7 @@ class _Answers:
     def _current(self, describe: bool) -> tuple[SandboxStatus, float | None] | None:
         kept = self._kept.get(describe)
         if kept is not None and kept[1] is not None and time.monotonic() - kept[1] >= RETRY_FAILED_PROBE_S:
-            return None  # its bubblewrap run failed a while ago: ask again
+            return None  # it failed a while ago: ask again
         return kept
 
 
@@ -273,8 +273,9 @@ def _detect(describe: bool) -> tuple[SandboxStatus, float | None]:
     users = sandbox_users()
     seccomp = _probe_seccomp(describe)
     works, detail, ran = _probe_bubblewrap(describe)
-    failed_at = time.monotonic() if ran and not works else None
-    return _status(users, seccomp, (works, detail)), failed_at
+    status = _status(users, seccomp, (works, detail))
+    failed = (ran and not works) or bool(status.missing(SandboxMode.AUTO))
+    return status, time.monotonic() if failed else None
 
 
 def provisional_status() -> SandboxStatus:
