@@ -488,6 +488,8 @@ def _uids_of(pid: int) -> tuple[int, ...]:
         # The first lines are enough (Name, Umask, State, ..., Uid: about 300 bytes; a name
         # is at most 64 once escaped); one read, not the whole file through a buffered reader.
         head = os.read(fd, _STATUS_HEAD)
+        if b"\nUid:" not in head and len(head) == _STATUS_HEAD:
+            head += os.read(fd, 1 << 16)  # never seen; read on rather than let a process pass
     except OSError:
         return ()
     finally:
@@ -1319,11 +1321,14 @@ def close_workers(workers: Iterable[SandboxedWorker]) -> None:
     workers = list(workers)
     for worker in workers:
         worker.kill()
-    closing = [worker for worker in workers if worker._reap()]
+    closing: list[SandboxedWorker] = []
     try:
+        for worker in workers:
+            if worker._reap():
+                closing.append(worker)
         _kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
     finally:
-        for worker in closing:
+        for worker in closing:  # even if another one could not be waited for
             worker._free()
 
 
