@@ -233,11 +233,13 @@ def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
     from grader.journal import verify_journal
     from grader.report import render
 
-    # The collector was off while the grader was imported (see run()). What the imports made
-    # lives as long as the command: frozen, the collections to come never walk it (the first
-    # one after the imports otherwise goes through every object they made, about 5 ms).
-    gc.freeze()
-    gc.enable()
+    if not gc.isenabled():
+        # The command's own process: the collector was off while the grader was imported (see
+        # run()). What the imports made lives as long as the command: frozen, the collections
+        # to come never walk it (the first one after the imports otherwise goes through every
+        # object they made, about 5 ms). A caller with the collector on is left as it is.
+        gc.freeze()
+        gc.enable()
     assignment = _assignment(args, layout)
     journal = None
     if args.journal:

@@ -498,9 +498,24 @@ def _uids_of(pid: int) -> tuple[int, ...]:
     at = head.find(b"\nUid:")
     if state < 0 or at < 0 or head.find(b"\n", at + 1) < 0:
         return ()  # not the layout of any kernel this runs on: treated as gone
-    if head[state + 7:state + 16].split()[:1] in ([b"Z"], [b"X"]):
+    if head[state + 7:state + 16].split()[:1] in ([b"Z"], [b"X"]) and not _threads_left(pid):
         return ()
     return tuple(int(value) for value in head[at + 5:head.find(b"\n", at + 1)].split()[:3])
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether a process that reads as a zombie still has threads running: its first thread
+    ended (``exit``, not ``exit_group``) and the others go on, under the same uid. Such a
+    process is alive, and is killed like any other."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith(b"Threads:"):
+            return int(line.split()[1]) > 1
+    return False
 
 
 _STATUS_HEAD = 1024
@@ -1326,10 +1341,13 @@ def close_workers(workers: Iterable[SandboxedWorker]) -> None:
         for worker in workers:
             if worker._reap():
                 closing.append(worker)
-        _kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
     finally:
-        for worker in closing:  # even if another one could not be waited for
-            worker._free()
+        # Even if another one could not be waited for: each worker waited for is cleared and freed.
+        try:
+            _kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
+        finally:
+            for worker in closing:
+                worker._free()
 
 
 def start_worker(

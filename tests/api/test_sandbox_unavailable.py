@@ -88,7 +88,7 @@ def test_a_submission_put_back_is_not_taken_from_a_regrade(database, no_sandbox_
 
 def test_the_queue_waits_for_the_sandbox_and_then_grades(database, monkeypatch):
     url, make_session, submission_id = database
-    settings = Settings(database_url=url, workers=2, sandbox_attempts=5, sandbox_retry_s=1.0)
+    settings = Settings(database_url=url, workers=2, sandbox_attempts=5, sandbox_retry_s=3.0)
     users = sandbox.sandbox_users
     monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.5)  # the answer is asked again this soon
     monkeypatch.setattr(sandbox, "sandbox_users", lambda: [])
@@ -96,12 +96,15 @@ def test_the_queue_waits_for_the_sandbox_and_then_grades(database, monkeypatch):
     queue = LocalQueue(settings=settings, make_session=make_session)
     queue.start()
     try:
-        deadline = time.monotonic() + 30
-        while _row(make_session, submission_id).attempts < 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while (_row(make_session, submission_id).status, _row(make_session, submission_id).attempts) != ("queued", 1):
+            assert time.monotonic() < deadline, "the submission was never put back"
+            time.sleep(0.02)
+        # One thread took it and put it back; for the 3 s pause neither takes it again.
+        for _ in range(10):
             time.sleep(0.05)
-        time.sleep(0.3)  # both threads: one took it and put it back; neither takes it again yet
-        row = _row(make_session, submission_id)
-        assert (row.status, row.attempts) == ("queued", 1)
+            row = _row(make_session, submission_id)
+            assert (row.status, row.attempts, row.claimed_by) == ("queued", 1, None)
         monkeypatch.setattr(sandbox, "sandbox_users", users)  # the setup script has run meanwhile
         deadline = time.monotonic() + 120
         while _row(make_session, submission_id).status != "done" and time.monotonic() < deadline:

@@ -1071,6 +1071,34 @@ def test_the_uid_scan_reads_each_process_uids_and_passes_over_zombies():
         second.release()
 
 
+def test_a_process_whose_first_thread_ended_is_still_found_and_killed():
+    """Its first thread gone (``pthread_exit``), the process reads as a zombie while its other
+    threads run on: the scan must not pass over it. (This process's own uid here: killing is
+    aimed at the one pid.)"""
+    script = (
+        "import ctypes, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "print('up', flush=True)\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    leader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert leader.stdout.readline() == b"up\n"
+        deadline = time.monotonic() + 10.0
+        while "\nState:\tZ" not in Path(f"/proc/{leader.pid}/status").read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status = Path(f"/proc/{leader.pid}/status").read_text()
+        assert "\nState:\tZ" in status and "\nThreads:\t2" in status
+        assert sandbox._uids_of(leader.pid) == os.getresuid()
+        assert leader.pid in sandbox._processes_of({os.getuid()})
+        sandbox._kill_pid(leader.pid, {os.getuid()})
+        assert leader.wait(timeout=10) == -9
+    finally:
+        leader.kill()
+        leader.wait()
+        leader.stdout.close()
+
+
 def test_one_pass_kills_the_processes_of_several_users():
     first, second = _two_users_held()
     sleepers = [_sleeping_as(first.user), _sleeping_as(first.user), _sleeping_as(second.user)]
