@@ -8,8 +8,10 @@ so they can be ``acks_late``: a job whose worker dies is delivered again and gra
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import time
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
@@ -18,6 +20,8 @@ from api import crud
 from api.config import Settings, get_settings
 from api.db import make_engine, make_sessionmaker
 from api.jobs import GradingDeferred, grade_submission, make_pool
+
+log = logging.getLogger("mutagrade.celery")
 
 __all__ = ["make_celery"]
 
@@ -87,12 +91,25 @@ def make_celery(settings: Settings | None = None) -> Celery:
             raise task.retry(exc=exc) from exc
         if submission is None:
             return "skipped: done, or being graded by a live worker"
-        try:
-            stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
-                                      pool=pool())
-        except GradingDeferred as deferred:  # back in the queue: this worker's sandbox is not ready
-            raise task.retry(exc=deferred, countdown=deferred.retry_after_s,
-                             max_retries=settings.sandbox_attempts) from deferred
+        started = time.monotonic()
+        while True:
+            try:
+                stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
+                                          pool=pool(), hold_claim=True)
+                break
+            except GradingDeferred as deferred:
+                # This worker's sandbox is not ready: it keeps the job (the others stay in the
+                # broker for other workers), takes no other meanwhile, and tries again once the
+                # sandbox has been checked again; the tries are bounded by the settings. A wait
+                # that would not leave half the task's time limit puts the job back instead
+                # (the API's sweeper sends it again).
+                if time.monotonic() - started + deferred.retry_after_s > settings.task_time_limit_s / 2:
+                    with make_session() as session:
+                        crud.release(session, submission_id, worker=worker)
+                    return "queued again: the sandbox is not available on this worker"
+                log.warning("submission %d waits %.0f s for the sandbox: %s", submission_id,
+                            deferred.retry_after_s, deferred.why)
+                time.sleep(deferred.retry_after_s)
         return "graded" if stored else "graded, but another worker's result stood"
 
     @app.task(name="mutagrade.golden", bind=True, max_retries=1)

@@ -163,9 +163,27 @@ def finish_submission(
     return stored.rowcount == 1
 
 
+def wait_for_sandbox(session: Session, submission_id: int, *, worker: str, release: bool) -> int | None:
+    """Count one more wait for the grading sandbox on a submission ``worker`` holds and, with
+    ``release``, put it back in the queue as it was before the claim (it could not be graded
+    now, through no fault of its own). Returns the waits counted so far, or None if ``worker``
+    no longer holds it (regraded or requeued meanwhile)."""
+    values: dict[str, object] = {"sandbox_waits": Submission.sandbox_waits + 1}
+    if release:
+        values.update(status="queued", claimed_by=None, started_at=None)
+    waits = session.execute(
+        update(Submission)
+        .where(Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker)
+        .values(**values)
+        .returning(Submission.sandbox_waits)
+    ).scalar_one_or_none()
+    session.commit()
+    return waits
+
+
 def release(session: Session, submission_id: int, *, worker: str) -> bool:
-    """Put a submission ``worker`` holds back in the queue, as it was before the claim (it could
-    not be graded now, through no fault of its own); returns whether ``worker`` still held it."""
+    """Put a submission ``worker`` holds back in the queue, as it was before the claim;
+    returns whether ``worker`` still held it."""
     released = session.execute(
         update(Submission)
         .where(Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker)
@@ -189,6 +207,7 @@ def regrade(session: Session, *, submission: Submission) -> Submission:
     """Queue ``submission`` again, to be graded with the full kill matrix."""
     submission.status = "queued"
     submission.full_matrix = True
+    submission.sandbox_waits = 0
     submission.claimed_by = None
     submission.report_json = None
     submission.passed = None

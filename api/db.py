@@ -67,6 +67,8 @@ class Submission(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Run every valid test on every mutant (a staff regrade), not only up to each mutant's first kill.
     full_matrix: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Times it was put back because the grading sandbox was unavailable (a regrade starts again).
+    sandbox_waits: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     user: Mapped[User] = relationship(back_populates="submissions")
 

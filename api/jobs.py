@@ -55,16 +55,21 @@ def make_pool(settings: Settings) -> WorkerPool:
 
 def grade_submission(
     submission: Submission, *, settings: Settings, make_session: sessionmaker, worker: str,
-    pool: WorkerPool | None = None,
+    pool: WorkerPool | None = None, hold_claim: bool = False,
 ) -> bool:
     """Grade a claimed submission and store the outcome; returns whether it was stored.
 
     Bad input (an archive that no longer unpacks, a malformed journal) is stored as the
     submission's error, as is a failure of the grader itself.
 
+    Args:
+        hold_claim: when the sandbox is unavailable, keep the claim (the caller waits and
+            calls again) instead of putting the submission back in the queue.
+
     Raises:
-        GradingDeferred: the sandbox is unavailable here: the submission was put back in the
-            queue (after ``settings.sandbox_attempts`` claims it is stored as an error instead).
+        GradingDeferred: the sandbox is unavailable here: the submission waits for it, back in
+            the queue unless ``hold_claim`` (after ``settings.sandbox_attempts`` tries it is
+            stored as an error instead).
     """
     layout = layout_of(settings)
     assignment = load_assignment(layout.assignment)
@@ -89,7 +94,8 @@ def grade_submission(
                 pool=pool,
             )
     except SandboxUnavailable as exc:
-        return _without_sandbox(submission, exc, settings=settings, make_session=make_session, worker=worker)
+        return _without_sandbox(submission, exc, settings=settings, make_session=make_session, worker=worker,
+                                release=not hold_claim)
     except (ArchiveError, GradingInputError, JournalFormatError) as exc:
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {exc}")
@@ -109,18 +115,23 @@ def grade_submission(
 
 def _without_sandbox(
     submission: Submission, exc: SandboxUnavailable, *, settings: Settings, make_session: sessionmaker, worker: str,
+    release: bool,
 ) -> bool:
-    """Nothing can be graded on this machine now: the submission goes back to the queue, to be
-    tried again once the sandbox has been checked again, up to ``settings.sandbox_attempts``
-    claims in all; then it is stored as an error that says what is missing and what to do."""
-    if submission.attempts < settings.sandbox_attempts:
+    """Nothing can be graded on this machine now: the submission waits (back in the queue if
+    ``release``) to be tried again once the sandbox has been checked again, up to
+    ``settings.sandbox_attempts`` tries in all; then it is stored as an error that says what is
+    missing and what to do."""
+    tries = submission.sandbox_waits + 1
+    if tries < settings.sandbox_attempts:
         with make_session() as session:
-            if not crud.release(session, submission.id, worker=worker):
-                return False  # regraded or requeued meanwhile: not ours to put back
+            waits = crud.wait_for_sandbox(session, submission.id, worker=worker, release=release)
+        if waits is None:
+            return False  # regraded or requeued meanwhile: not ours to put back
+        submission.sandbox_waits = waits
         raise GradingDeferred(str(exc), settings.sandbox_retry_s) from exc
     error = (
-        f"could not be graded: the grading sandbox was not available on this machine in {submission.attempts} "
-        f"tries: {exc}. Staff: `mutagrade doctor` says what is missing; regrade the submission once it is fixed"
+        f"could not be graded: the grading sandbox was not available on this machine in {tries} tries: {exc}. "
+        "Staff: `mutagrade doctor` says what is missing; regrade the submission once it is fixed"
     )
     with make_session() as session:
         return crud.finish_submission(session, submission.id, worker=worker, error=error)

@@ -61,12 +61,13 @@ def test_each_claim_puts_the_submission_back_until_the_last_stores_why(database,
         assert deferred.value.retry_after_s == 7.0
         assert "no user mutagrade-sandbox-N on this machine" in deferred.value.why
         row = _row(make_session, submission_id)
-        assert (row.status, row.attempts, row.claimed_by, row.error) == ("queued", attempt, None, None)
+        assert (row.status, row.attempts, row.sandbox_waits, row.claimed_by, row.error) == (
+            "queued", attempt, attempt, None, None)
     with make_session() as session:
         submission = crud.claim_next(session, worker="w")
     assert grade_submission(submission, settings=settings, make_session=make_session, worker="w") is True
     row = _row(make_session, submission_id)
-    assert (row.status, row.attempts, row.report_json) == ("error", 3, None)
+    assert (row.status, row.attempts, row.sandbox_waits, row.report_json) == ("error", 3, 2, None)
     assert row.error.startswith("could not be graded: the grading sandbox was not available on this machine in 3 tries")
     assert "sandbox mode auto needs layer(s) uid" in row.error and "mutagrade doctor" in row.error
     assert "internal error" not in row.error
@@ -83,7 +84,30 @@ def test_a_submission_put_back_is_not_taken_from_a_regrade(database, no_sandbox_
         crud.claim_next(session, worker="other")
     assert grade_submission(submission, settings=settings, make_session=make_session, worker="w") is False
     row = _row(make_session, submission_id)
-    assert (row.status, row.claimed_by) == ("running", "other")
+    assert (row.status, row.claimed_by, row.sandbox_waits) == ("running", "other", 0)
+
+
+def test_a_regrade_gets_every_try_again(database, no_sandbox_users):
+    """Claims before (a regrade, a restart) do not use up the tries: only waits for the
+    sandbox count, and a regrade starts them again."""
+    url, make_session, submission_id = database
+    settings = Settings(database_url=url, sandbox_attempts=2)
+    with make_session() as session:
+        submission = crud.claim_next(session, worker="w")
+    with pytest.raises(GradingDeferred):
+        grade_submission(submission, settings=settings, make_session=make_session, worker="w")
+    with make_session() as session:
+        crud.regrade(session, submission=session.get(Submission, submission_id))
+    for _ in range(3):  # claimed and put back by a stopped server three times: no wait counted
+        with make_session() as session:
+            crud.claim_next(session, worker="w")
+            crud.requeue_running(session)
+    with make_session() as session:
+        submission = crud.claim_next(session, worker="w")
+    assert (submission.attempts, submission.sandbox_waits) == (5, 0)
+    with pytest.raises(GradingDeferred):  # the first of its two tries again, not an error
+        grade_submission(submission, settings=settings, make_session=make_session, worker="w")
+    assert _row(make_session, submission_id).sandbox_waits == 1
 
 
 def test_the_queue_waits_for_the_sandbox_and_then_grades(database, monkeypatch):
@@ -113,31 +137,70 @@ def test_the_queue_waits_for_the_sandbox_and_then_grades(database, monkeypatch):
         queue.stop()
         sandbox._ANSWERS.clear()
     row = _row(make_session, submission_id)
-    assert (row.status, row.attempts, row.error) == ("done", 2, None)
+    assert (row.status, row.attempts, row.sandbox_waits, row.error) == ("done", 2, 1, None)
     assert row.passed is True and json.loads(row.report_json)["passed"] is True
 
 
-def test_a_celery_task_meeting_it_retries_after_the_same_wait(database, no_sandbox_users, monkeypatch):
-    """The Celery task puts the submission back and asks to be retried once the sandbox has
-    been checked again. Run eagerly here (the task's own code, no broker): the retries follow
-    at once, so the third claim stores the error."""
+@pytest.fixture
+def celery_grade():
+    """The Celery app's grade task, run eagerly: the task's own code, with no broker. Its
+    warm workers (and their sandbox users) are let go afterwards, as a worker process's end
+    does."""
+    from celery.signals import worker_process_shutdown
+
     from api.celery_app import make_celery
 
+    def make(url: str, **settings):
+        app = make_celery(Settings(database_url=url, queue="celery", **settings))
+        app.conf.task_always_eager = True
+        return app.mutagrade_tasks["grade"]
+
+    yield make
+    worker_process_shutdown.send(sender=None)
+
+
+def test_a_celery_task_keeps_its_job_and_grades_it_once_the_sandbox_is_back(database, monkeypatch, celery_grade):
+    """The worker keeps the job it took (the others stay in the broker for other workers),
+    waits, and grades it once the sandbox has been checked again."""
+    import threading
+
     url, make_session, submission_id = database
-    app = make_celery(Settings(database_url=url, queue="celery", sandbox_retry_s=42.0, sandbox_attempts=3))
-    app.conf.task_always_eager = True
-    task = app.mutagrade_tasks["grade"]
-    asked: list[tuple[float, int]] = []
-    retry = task.retry
+    users = sandbox.sandbox_users
+    monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.2)
+    monkeypatch.setattr(sandbox, "sandbox_users", lambda: [])
+    sandbox._ANSWERS.clear()
+    task = celery_grade(url, sandbox_retry_s=1.0, sandbox_attempts=5)
+    seen: list[tuple[str, str | None, int]] = []
 
-    def recorded(*args, **kwargs):
-        asked.append((kwargs["countdown"], kwargs["max_retries"]))
-        return retry(*args, **kwargs)
+    def setup_script_runs() -> None:  # while the task waits: the row is still the task's
+        deadline = time.monotonic() + 60
+        while _row(make_session, submission_id).sandbox_waits < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        row = _row(make_session, submission_id)
+        seen.append((row.status, row.claimed_by, row.sandbox_waits))
+        monkeypatch.setattr(sandbox, "sandbox_users", users)
 
-    monkeypatch.setattr(task, "retry", recorded)
-    result = task.apply(args=(submission_id,))
+    helper = threading.Thread(target=setup_script_runs)
+    helper.start()
+    try:
+        started = time.monotonic()
+        result = task.apply(args=(submission_id,))
+        waited = time.monotonic() - started
+    finally:
+        helper.join()
+        sandbox._ANSWERS.clear()
     assert (result.state, result.result) == ("SUCCESS", "graded")
-    assert asked == [(42.0, 3), (42.0, 3)]
+    assert seen and seen[0][0] == "running" and seen[0][1] is not None and seen[0][2] == 1
+    assert waited >= 1.0  # it waited for the sandbox to be checked again
     row = _row(make_session, submission_id)
-    assert (row.status, row.attempts) == ("error", 3)
-    assert row.error.startswith("could not be graded: the grading sandbox was not available")
+    assert (row.status, row.attempts, row.sandbox_waits, row.error) == ("done", 1, 1, None)
+    assert row.passed is True
+
+
+def test_a_celery_task_whose_time_limit_cannot_hold_the_wait_puts_the_job_back(database, no_sandbox_users, celery_grade):
+    url, make_session, submission_id = database
+    task = celery_grade(url, sandbox_retry_s=30.0, task_time_limit_s=40.0)
+    result = task.apply(args=(submission_id,))
+    assert result.result == "queued again: the sandbox is not available on this worker"
+    row = _row(make_session, submission_id)
+    assert (row.status, row.claimed_by, row.attempts, row.sandbox_waits) == ("queued", None, 1, 1)
