@@ -163,19 +163,23 @@ def finish_submission(
     return stored.rowcount == 1
 
 
+# A running submission as it was before its claim (queued again).
+_UNCLAIMED = {"status": "queued", "claimed_by": None, "started_at": None}
+
+
+def _held_by(submission_id: int, worker: str) -> tuple:
+    """The rows of a submission ``worker`` holds: running, under its claim."""
+    return Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker
+
+
 def wait_for_sandbox(session: Session, submission_id: int, *, worker: str, release: bool) -> int | None:
     """Count one more wait for the grading sandbox on a submission ``worker`` holds and, with
     ``release``, put it back in the queue as it was before the claim (it could not be graded
     now, through no fault of its own). Returns the waits counted so far, or None if ``worker``
     no longer holds it (regraded or requeued meanwhile)."""
-    values: dict[str, object] = {"sandbox_waits": Submission.sandbox_waits + 1}
-    if release:
-        values.update(status="queued", claimed_by=None, started_at=None)
+    values: dict[str, object] = {"sandbox_waits": Submission.sandbox_waits + 1, **(_UNCLAIMED if release else {})}
     waits = session.execute(
-        update(Submission)
-        .where(Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker)
-        .values(**values)
-        .returning(Submission.sandbox_waits)
+        update(Submission).where(*_held_by(submission_id, worker)).values(**values).returning(Submission.sandbox_waits)
     ).scalar_one_or_none()
     session.commit()
     return waits
@@ -184,11 +188,7 @@ def wait_for_sandbox(session: Session, submission_id: int, *, worker: str, relea
 def release(session: Session, submission_id: int, *, worker: str) -> bool:
     """Put a submission ``worker`` holds back in the queue, as it was before the claim;
     returns whether ``worker`` still held it."""
-    released = session.execute(
-        update(Submission)
-        .where(Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker)
-        .values(status="queued", claimed_by=None, started_at=None)
-    )
+    released = session.execute(update(Submission).where(*_held_by(submission_id, worker)).values(**_UNCLAIMED))
     session.commit()
     return released.rowcount == 1
 

@@ -192,8 +192,8 @@ class SandboxStatus:
 
 def sandbox_status(*, fresh: bool = False, describe: bool = False) -> SandboxStatus:
     """Which layers this machine offers. Probing runs bubblewrap once; the answer is kept for
-    the life of the process unless ``fresh`` (an answer whose bubblewrap run failed, only for
-    :data:`RETRY_FAILED_PROBE_S`). ``describe`` (the doctor's) also says how each layer is set
+    the life of the process unless ``fresh`` (an answer whose bubblewrap run failed, or that
+    refuses mode auto, only for :data:`RETRY_FAILED_PROBE_S`). ``describe`` (the doctor's) also says how each layer is set
     up, at a cost every grading would pay: bubblewrap's version, and whether the children's
     allow-list installs here (a throwaway child tries it). Threads asking at once (the
     service's grading threads) wait for one probe's answer."""
@@ -472,14 +472,12 @@ def _processes_of(uids: AbstractSet[int]) -> list[int]:
     return found
 
 
-def _runs_as(pid: int, uid: int) -> bool:
-    return uid in _uids_of(pid)
-
-
 def _uids_of(pid: int) -> tuple[int, ...]:
-    """The real, effective and saved uids of a live process; () for a zombie or a process
-    that is gone. From /proc/<pid>/status, not the folder's owner: a non-dumpable process's
-    folder is root's."""
+    """The real, effective and saved uids of a live process; () for a process that is gone,
+    or a zombie with no thread left (one whose first thread ended, ``exit`` rather than
+    ``exit_group``, while others run on reads as a zombie: it is alive, and killed like any
+    other). From /proc/<pid>/status, not the folder's owner: a non-dumpable process's folder
+    is root's."""
     try:
         fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
     except OSError:
@@ -487,35 +485,30 @@ def _uids_of(pid: int) -> tuple[int, ...]:
     try:
         # The first lines are enough (Name, Umask, State, ..., Uid: about 300 bytes; a name
         # is at most 64 once escaped); one read, not the whole file through a buffered reader.
-        head = os.read(fd, _STATUS_HEAD)
-        if b"\nUid:" not in head and len(head) == _STATUS_HEAD:
-            head += os.read(fd, 1 << 16)  # never seen; read on rather than let a process pass
+        # Read on only for a zombie (its Threads line comes later) or, never seen, a Uid line
+        # past the first read.
+        status = os.read(fd, _STATUS_HEAD)
+        if _status_field(status, b"Uid") is None or _status_field(status, b"State")[:1] in ([b"Z"], [b"X"]):
+            status += os.read(fd, 1 << 16)
     except OSError:
         return ()
     finally:
         os.close(fd)
-    state = head.find(b"\nState:")
-    at = head.find(b"\nUid:")
-    if state < 0 or at < 0 or head.find(b"\n", at + 1) < 0:
+    state, uids, threads = (_status_field(status, name) for name in (b"State", b"Uid", b"Threads"))
+    if state is None or uids is None:
         return ()  # not the layout of any kernel this runs on: treated as gone
-    if head[state + 7:state + 16].split()[:1] in ([b"Z"], [b"X"]) and not _threads_left(pid):
+    if state[:1] in ([b"Z"], [b"X"]) and not (threads and int(threads[0]) > 1):
         return ()
-    return tuple(int(value) for value in head[at + 5:head.find(b"\n", at + 1)].split()[:3])
+    return tuple(int(value) for value in uids[:3])
 
 
-def _threads_left(pid: int) -> bool:
-    """Whether a process that reads as a zombie still has threads running: its first thread
-    ended (``exit``, not ``exit_group``) and the others go on, under the same uid. Such a
-    process is alive, and is killed like any other."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            text = handle.read()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        if line.startswith(b"Threads:"):
-            return int(line.split()[1]) > 1
-    return False
+def _status_field(status: bytes, name: bytes) -> list[bytes] | None:
+    """The words of one field of a /proc status file (never its first line), or None."""
+    at = status.find(b"\n" + name + b":")
+    end = status.find(b"\n", at + 1)
+    if at < 0 or end < 0:
+        return None
+    return status[at + len(name) + 2:end].split()
 
 
 _STATUS_HEAD = 1024

@@ -523,7 +523,6 @@ KILLED_GRADER = '''
 import sys, time
 from pathlib import Path
 from grader.paths import default_layout
-from grader import sandbox
 from grader.runner import RunLimits, WorkerProcess
 from grader.sandbox import SandboxMode, user_processes
 
