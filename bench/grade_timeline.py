@@ -5,15 +5,18 @@ scheduler trace (``perf record`` of the ``sched`` tracepoints, system-wide, star
 grading and stopped after it). For each grading it prints:
 
 * CPU time of the command (its threads included), of bubblewrap and ``setpriv``, of the two
-  workers and of the runs' children (forked by the workers), and the cores' idle time;
+  workers, of the runs' children (forked by the workers) and of the machine's other processes,
+  and the cores' idle time;
 * the idle time by phase: before the workers are launched, while they start, while runs are
   going (split by how many children were alive) and after the last run;
 * when the workers were launched and when the first and last runs began and ended;
 * the gap between one child's end and its worker's next child (the exit, the result's way to
   the command and back, the next fork), median over the grading.
 
-Then the medians over all gradings. Needs ``perf`` and the right to trace the scheduler (root,
-or ``kernel.perf_event_paranoid`` at -1); it says so and stops otherwise.
+Then the medians over all gradings. The trace lacks some switches onto a CPU (most often from
+the idle task): a CPU's time between two switches goes to the task the second one takes off it,
+and the count of such switches is printed. Needs ``perf`` and the right to trace the scheduler
+(root, or ``kernel.perf_event_paranoid`` at -1); it says so and stops otherwise.
 
     .venv/bin/python bench/grade_timeline.py [--gradings 5]
 """
@@ -53,6 +56,7 @@ class Timeline:
     first_run: float = 0.0
     last_run: float = 0.0
     gaps: list[float] = field(default_factory=list)
+    untraced: int = 0  # switches that took off a task the trace never showed put on
 
 
 def record(data: Path) -> tuple[float, int]:
@@ -156,19 +160,25 @@ def timeline(found: list[tuple[float, int, int, str, dict[str, str]]], wall: flo
         alive = sum(1 for s, e, _ in children if s <= t < e)
         return f"during the runs, {alive} child{'ren' if alive != 1 else ''} alive"
 
-    running: dict[int, tuple[int, float]] = {}  # cpu -> (pid, since)
+    # Each stretch of a CPU's time, from one switch to the next, goes to the task the second
+    # switch takes off the CPU: the trace does not always hold the switch that put it there
+    # (about one switch in twenty, most often from the idle task), and the stretch would
+    # otherwise go to whatever that earlier switch put on, the idle task as often as not.
+    switched: dict[int, tuple[int, float]] = {}  # cpu -> (the task its last switch put on, when)
     for ts, _, cpu, event, fields in found:
         if event != "sched:sched_switch":
             continue
-        if cpu in running:
-            pid, since = running[cpu]
+        pid = int(fields["prev_pid"])
+        if cpu in switched:
+            put_on, since = switched[cpu]
+            result.untraced += put_on != pid
             a, b = max(since, start), min(ts, end)
             if b > a:
                 which = kind(pid)
                 result.cpu[which] += (b - a) * 1000
                 if which == "idle":
                     _split(result.idle, a, b, phase)
-        running[cpu] = (int(fields["next_pid"]), ts)
+        switched[cpu] = (int(fields["next_pid"]), ts)
     return result
 
 
@@ -184,7 +194,8 @@ def _split(idle: Counter, a: float, b: float, phase) -> None:
 def show(line: Timeline) -> str:
     busy = "  ".join(f"{k} {v:.0f}" for k, v in sorted(line.cpu.items(), key=lambda kv: -kv[1]) if k != "idle")
     gaps = f"{statistics.median(line.gaps):.1f}" if line.gaps else "-"
-    return (f"wall {line.wall:.0f} ms; busy ms: {busy}; idle {line.cpu['idle']:.0f}\n"
+    return (f"wall {line.wall:.0f} ms; busy ms: {busy}; idle {line.cpu['idle']:.0f} "
+            f"({line.untraced} switches onto a CPU missing from the trace)\n"
             f"    workers launched at {line.launched:.0f} ms, runs from {line.first_run:.0f} to {line.last_run:.0f} ms, "
             f"a worker's gap between two children: median {gaps} ms\n"
             + "\n".join(f"    idle {v:5.1f} core-ms {k}" for k, v in sorted(line.idle.items(), key=lambda kv: -kv[1])))

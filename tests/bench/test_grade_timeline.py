@@ -76,6 +76,21 @@ def test_each_core_millisecond_goes_to_its_process_and_each_idle_one_to_its_phas
     assert (round(line.launched, 3), round(line.first_run, 3), round(line.last_run, 3)) == (12.0, 100.0, 150.0)
     assert [round(g, 3) for g in line.gaps] == [5.0]
     assert line.wall == 205.0
+    assert line.untraced == 0
+
+
+def test_a_stretch_whose_start_the_trace_lost_goes_to_the_task_taken_off_the_cpu(timeline_module) -> None:
+    # The switch that put child 31 on cpu1 at 130 ms is missing (the kernel's trace loses such
+    # switches, most often from the idle task): cpu1 seems idle from 100 ms until child 31 is
+    # taken off it at 150 ms. The stretch goes to the child, not to the idle task.
+    lost = TRACE.replace(_switch(125, 0, 21, 31), _switch(125, 0, 21, 0)).replace(
+        _switch(150, 0, 31, 10), _switch(150, 0, 0, 10)).replace(
+        _switch(150, 1, 0, 99), _switch(150, 1, 31, 99))
+    line = timeline_module.timeline(timeline_module.parse(lost), wall=205.0, root=10)
+    assert line.untraced == 1
+    assert round(line.cpu["children"], 3) == 20.0 + 50.0  # child 30 on cpu0; child 31 on cpu1 from 100 ms
+    assert round(line.cpu["idle"], 3) == 11.0 + 50.0 + 25.0 + 40.0  # cpu0 now idle 125-150 ms
+    assert round(line.idle["during the runs, 1 child alive"], 3) == 25.0  # cpu0 while child 31 ran on cpu1
 
 
 def test_a_trace_without_the_grading_start_is_refused(timeline_module) -> None:
