@@ -64,6 +64,8 @@ def record(data: Path) -> tuple[float, int]:
     perf = subprocess.Popen(["perf", "record", "-q", "-a", "-e", EVENTS, "-o", str(data)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(0.5)  # recording before the grading starts
+    if perf.poll() is not None:  # refused (no right to trace the scheduler) or broken
+        raise SystemExit(f"perf record failed: {perf.communicate()[1].decode().strip()[-500:]}")
     started = time.perf_counter()
     done = subprocess.Popen([sys.executable, "-m", "grader.cli", "grade", str(TESTS), "--format", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=ROOT)

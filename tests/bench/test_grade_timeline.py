@@ -4,6 +4,7 @@ millisecond of both cores lands with the right process and, when idle, in the ri
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,3 +97,10 @@ def test_a_stretch_whose_start_the_trace_lost_goes_to_the_task_taken_off_the_cpu
 def test_a_trace_without_the_grading_start_is_refused(timeline_module) -> None:
     with pytest.raises(SystemExit, match="pid 12345"):
         timeline_module.timeline(timeline_module.parse(TRACE), wall=205.0, root=12345)
+
+
+def test_without_perf_it_says_so_and_stops(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--gradings", "1"], capture_output=True, text=True,
+                          env={"PATH": str(tmp_path)}, timeout=60)  # a PATH with no perf on it
+    assert done.returncode == 1
+    assert "perf is not installed" in done.stderr
