@@ -488,7 +488,7 @@ def _uids_of(pid: int) -> tuple[int, ...]:
         # Read on only for a zombie (its Threads line comes later) or, never seen, a Uid line
         # past the first read.
         status = os.read(fd, _STATUS_HEAD)
-        if _status_field(status, b"Uid") is None or _status_field(status, b"State")[:1] in ([b"Z"], [b"X"]):
+        if _status_field(status, b"Uid") is None or _dead(_status_field(status, b"State")):
             status += os.read(fd, 1 << 16)
     except OSError:
         return ()
@@ -497,9 +497,14 @@ def _uids_of(pid: int) -> tuple[int, ...]:
     state, uids, threads = (_status_field(status, name) for name in (b"State", b"Uid", b"Threads"))
     if state is None or uids is None:
         return ()  # not the layout of any kernel this runs on: treated as gone
-    if state[:1] in ([b"Z"], [b"X"]) and not (threads and int(threads[0]) > 1):
+    if _dead(state) and not (threads and int(threads[0]) > 1):
         return ()
     return tuple(int(value) for value in uids[:3])
+
+
+def _dead(state: list[bytes] | None) -> bool:
+    """Whether a status file's State field says zombie or dead."""
+    return state is not None and state[:1] in ([b"Z"], [b"X"])
 
 
 def _status_field(status: bytes, name: bytes) -> list[bytes] | None:
