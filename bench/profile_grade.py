@@ -7,6 +7,9 @@ Each part is measured on its own, in this one run:
   rewriting (cProfile of :func:`grader.worker._prepare`, the top entries printed);
 * each child's phases in a real grading (lock-down and installing the variant, collecting the
   test files, running them, and of that the tests' own time), from the runs' own reports;
+* what a fork costs: a worker set up as for a grading forks children, empty ones and ones that
+  run the suite against the reference; each child's CPU (and of that the kernel's), its page
+  faults by phase, and the faults the worker itself takes for each fork (:func:`fork_cost`);
 * confirmation runs, and rendering the report in every format;
 * the CPU budget of one whole ``mutagrade grade`` (a fresh process each time): the command's
   own CPU, its workers' (their imports and set-up) and their children's (the suite runs, and
@@ -95,6 +98,92 @@ def worker_setup_profile() -> tuple[float, str]:
     return float(took), table
 
 
+# A worker set up in a fresh interpreter (no sandbox: only the costs of forking and running are
+# measured), forking children one at a time. An empty child exits at once; a running child
+# installs the reference as its variant, collects and runs the suite (results to /dev/null), and
+# writes its figures on a pipe. Each phase's page faults are the child's minor faults meanwhile;
+# "kernel" is its system time (the copying on write, mapping, and exit).
+_FORK_SCRIPT = """
+import gc, json, os, resource, statistics, sys, time
+from grader.codecache import variant_code
+from grader.paths import default_layout
+from grader.wire import JobSettings
+import grader.worker as worker
+
+layout = default_layout()
+job = JobSettings(reference=str(layout.package_dir), tests=sys.argv[1], hash_seed=1)
+session = worker._prepare(job)
+source = layout.gru_source.read_text()
+code = variant_code(source) or b""
+gc.freeze()
+gc.enable()
+
+
+def child(empty):
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    faults, clock, row = [usage.ru_minflt], [time.perf_counter()], {}
+    if not empty:
+        def mark():
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+            clock.append(time.perf_counter())
+
+        worker.install_variant(source, code)
+        mark()
+        reporter = session.reporter
+        reporter.fd, reporter.token, reporter.select, reporter.stop_at_first_kill = os.open(os.devnull, os.O_WRONLY), b"-", None, False
+        hook = session.config.hook
+        hook.pytest_collection(session=session.session)
+        mark()
+        hook.pytest_runtestloop(session=session.session)
+        mark()
+        for n, name in enumerate(("install", "collect", "run")):
+            row[name + "_ms"] = (clock[n + 1] - clock[n]) * 1000
+            row[name + "_faults"] = faults[n + 1] - faults[n]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    row["faults"] = usage.ru_minflt
+    return row
+
+
+rows = {"empty": [], "reference": []}
+for n in range(int(sys.argv[2])):
+    for kind in rows:
+        read, write = os.pipe()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.write(write, json.dumps(child(kind == "empty")).encode())
+            os._exit(0)
+        forked = time.perf_counter() - started
+        worker_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        os.close(write)
+        data = b""
+        while chunk := os.read(read, 65536):
+            data += chunk
+        os.close(read)
+        _, _, usage = os.wait4(pid, 0)
+        row = json.loads(data)
+        row.update(fork_ms=forked * 1000, worker_faults=worker_faults,
+                   cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000, kernel_ms=usage.ru_stime * 1000)
+        rows[kind].append(row)
+print(json.dumps({kind: {key: statistics.median(r[key] for r in found) for key in found[0]} for kind, found in rows.items()}))
+os._exit(0)
+"""
+
+
+def fork_cost(children: int = 12) -> dict[str, dict[str, float]]:
+    """Medians over ``children`` forks of each kind (empty, running the reference), from a worker
+    set up in a fresh interpreter: see :data:`_FORK_SCRIPT`."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT, str(TESTS), str(children)], capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        raise SystemExit(f"the fork measurement failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 _BUDGET_SCRIPT = """
 import json, os, resource, sys, time
 started = time.perf_counter()
@@ -163,6 +252,16 @@ def main() -> None:
         print(f"  per child, {name:<8} median {statistics.median(values):6.1f} ms   total {sum(values):7.1f} ms")
     print(f"  per child, of run: the tests themselves  median {statistics.median(tests):6.1f} ms   "
           f"total {sum(tests):7.1f} ms")
+
+    forks = fork_cost()
+    empty, reference = forks["empty"], forks["reference"]
+    print(f"forking a set-up worker (medians of 12 each): fork() {reference['fork_ms']:.2f} ms in the worker, "
+          f"which then takes {reference['worker_faults']:.0f} page faults of its own")
+    print(f"  an empty child       {empty['cpu_ms']:5.1f} ms CPU (kernel {empty['kernel_ms']:.1f}), {empty['faults']:.0f} faults")
+    print(f"  a child running the reference  {reference['cpu_ms']:5.1f} ms CPU (kernel {reference['kernel_ms']:.1f}), "
+          f"{reference['faults']:.0f} faults: " + ", ".join(
+              f"{name} {reference[name + '_ms']:.1f} ms / {reference[name + '_faults']:.0f} faults"
+              for name in ("install", "collect", "run")))
 
     report = grade_suite(TESTS, layout=layout, assignment=assignment)
     for fmt in RENDERERS:
