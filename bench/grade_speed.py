@@ -43,12 +43,7 @@ sys.path.insert(0, str(ROOT))
 from grader.paths import default_layout  # noqa: E402
 from grader.variants import VariantKind, build_variants, export_variant  # noqa: E402
 
-from ab_grade import busy_seconds  # noqa: E402 - beside this script
-
-TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
-# pytest plugins installed beside the project (hypothesis, schemathesis) would slow the baseline
-# unfairly: both sides load only pytest's own.
-ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+from ab_grade import ENV, TESTS, busy_seconds  # noqa: E402 - beside this script
 
 SPIN = "def test_spins():\n    n = 0\n    while True:\n        n += 1\n"
 # Spins on one mutant only (its hand-example value), passes everywhere else. Named to be

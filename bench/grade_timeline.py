@@ -37,9 +37,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ab_grade import ENV, TESTS  # beside this script: the suite and environment grade_speed.py uses
+
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
-ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 EVENTS = "sched:sched_switch,sched:sched_process_exec,sched:sched_process_fork,sched:sched_process_exit"
 _LINE = re.compile(r"^\s*(?P<comm>.+?)\s+(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<ts>[\d.]+):\s+(?P<event>\S+):\s+(?P<rest>.*)$")
 _FIELD = re.compile(r"\b(\w+)=(\S+)")

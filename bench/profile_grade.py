@@ -43,9 +43,7 @@ from grader.matrix import run_matrix  # noqa: E402
 from grader.variants import build_variants  # noqa: E402
 from grader.wire import JobSettings  # noqa: E402
 
-from ab_grade import busy_seconds  # noqa: E402 - beside this script
-
-TESTS = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
+from ab_grade import TESTS, busy_seconds  # noqa: E402 - beside this script
 
 
 def import_ms(statement: str) -> float:

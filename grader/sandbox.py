@@ -193,9 +193,9 @@ class SandboxStatus:
 def sandbox_status(*, fresh: bool = False, describe: bool = False) -> SandboxStatus:
     """Which layers this machine offers. Probing runs bubblewrap once; the answer is kept for
     the life of the process unless ``fresh`` (an answer whose bubblewrap run failed, or that
-    refuses mode auto, only for :data:`RETRY_FAILED_PROBE_S`). ``describe`` (the doctor's) also says how each layer is set
-    up, at a cost every grading would pay: bubblewrap's version, and whether the children's
-    allow-list installs here (a throwaway child tries it). Threads asking at once (the
+    refuses mode auto, only for :data:`RETRY_FAILED_PROBE_S`). ``describe`` (the doctor's) also
+    says how each layer is set up, at a cost every grading would pay: bubblewrap's version, and
+    whether the children's allow-list installs here (a throwaway child tries it). Threads asking at once (the
     service's grading threads) wait for one probe's answer."""
     return _ANSWERS.get(describe, fresh=fresh)
 

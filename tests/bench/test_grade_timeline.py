@@ -15,6 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "grade_timeline.py"
 
 @pytest.fixture(scope="module")
 def timeline_module():
+    sys.path.insert(0, str(SCRIPT.parent))  # the script imports ab_grade from beside itself
     spec = importlib.util.spec_from_file_location("grade_timeline", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up while being made
@@ -23,6 +24,7 @@ def timeline_module():
         yield module
     finally:
         del sys.modules[spec.name]
+        sys.path.remove(str(SCRIPT.parent))
 
 
 def _switch(ms: float, cpu: int, prev: int, nxt: int) -> str:
