@@ -1,17 +1,23 @@
 """The policy step: a static check of a student's test suite, before any of it runs.
 
-Student tests may import only the two ``tinyllm`` interface modules, numpy, math, pytest and a
-few harmless standard modules (SPEC §3), and may not use names or attributes that reach behind
-that interface (SPEC §5 step 1). The check parses every ``.py`` file with :mod:`ast`; nothing is
-imported or run. It is a lint that keeps grading honest (a test must tell variants apart by
-their behaviour, not by their source or their module's globals); the sandbox, not this module,
-is what contains hostile code.
+Student tests may import only the ``tinyllm`` modules the contract names (the GRU, ``Tensor``,
+``Module`` and ``Parameter``, ``PCG32``), numpy, math, pytest and a few harmless standard
+modules (SPEC §3), and may not use names or attributes that reach behind that interface (SPEC §5
+step 1). The check parses every ``.py`` file with :mod:`ast`; nothing is imported or run.
 
-Every string that Python would turn into an attribute look-up or into code defeats a static
-check, so besides the builtins that do it (``getattr``, ``eval``, ...) the helpers of the
-allowed modules that do the same (``operator.attrgetter``, ``typing.get_type_hints``,
-``pytest.importorskip``, ...) and the attributes through which an allowed module exposes
-another module (``dataclasses.builtins``, ``typing.types``) are rejected too.
+It is a courtesy, not a wall: it tells a student early, at the exact line and in plain words,
+what grading would refuse or what could not work, before any test runs. What contains hostile
+code is the sandbox and the process separation (the tests run in a process apart from the
+implementation under test, so nothing secret is reachable from them), never this module: a
+static check of a dynamic language always misses a door. So it refuses no ordinary code: a
+variable or parameter named ``input`` and a class's own private attributes (``self._w``) pass.
+
+Besides the builtins that turn a string into an attribute look-up or into code (``getattr``,
+``eval``, ...), the helpers of the allowed modules that do the same (``operator.attrgetter``,
+``typing.get_type_hints``, ``pytest.importorskip``, ...) and the attributes through which an
+allowed module exposes another module (``dataclasses.builtins``, ``typing.types``) are refused
+too, and so are files that Python would import or run other than the ``.py`` files this check
+reads: compiled and extension modules and ``__pycache__`` folders.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ __all__ = [
 DEFAULT_ALLOWED_IMPORTS: tuple[str, ...] = (
     "tinyllm.rnn.gru",
     "tinyllm.autograd.tensor",
+    # The modules of the other types the contract (tinyllm/rnn/gru.pyi) names: Module and
+    # Parameter, and PCG32 for the `rng` argument.
+    "tinyllm.nn.module",
+    "tinyllm.random",
     "numpy",
     # Imports name exact modules; these three submodules are the harmless parts of numpy
     # that tests import directly (`from numpy.testing import assert_allclose`).
@@ -69,7 +79,7 @@ _WHY_DYNAMIC = (
 )
 _WHY_INTERNALS = (
     "it reaches the interpreter, the operating system or the debugger; test only what "
-    "tinyllm.rnn.gru and tinyllm.autograd.tensor offer"
+    "the tinyllm interface offers"
 )
 _WHY_IO = "student tests may not read or write files or the console"
 _WHY_PLUGINS = "a test file may not load pytest plugins"
@@ -83,7 +93,7 @@ _WHY_DUNDER_ATTRIBUTE = (
 )
 _WHY_PRIVATE = (
     "attributes and names starting with '_' are private to their module; test only the "
-    "public interface"
+    "public interface (a class of your own may use its own through self)"
 )
 _WHY_OTHER_MODULE = (
     "it is another module reached through an attribute, and student tests may use only the "
@@ -117,6 +127,14 @@ _WHY_CONFTEST = (
 )
 _WHY_LINK = "a submission may not hold links; put the file itself in the suite"
 _WHY_SPECIAL = "a submission may hold only regular files and directories"
+_WHY_COMPILED = (
+    "compiled code is refused: a submission holds source files only; delete it and submit "
+    "the .py file"
+)
+_WHY_PYCACHE = (
+    "compiled code is refused: a submission holds source files only; delete the folder "
+    "(Python writes it when it imports the tests) and submit the .py files"
+)
 _WHY_SYNTAX = "Python cannot parse this file, so pytest could not collect it"
 _WHY_NOT_UTF8 = "test files must be saved as UTF-8 text"
 _WHY_ENCODING = (
@@ -141,13 +159,20 @@ _NAME_RULES: tuple[tuple[frozenset[str], str], ...] = (
         ),
         _WHY_INTERNALS,
     ),
-    (frozenset({"open", "input"}), _WHY_IO),
+    (frozenset({"open"}), _WHY_IO),
     (frozenset({"pytest_plugins"}), _WHY_PLUGINS),
 )
 
-# `eval` and `input` are fine after a dot: `module.eval()` is part of the contract, and
-# neither reaches the builtin through an attribute without `builtins`, which is rejected.
-_ATTRIBUTE_NAMES_ALLOWED = frozenset({"eval", "input"})
+# Names rejected only where they mean the builtin: a file that binds the name itself (a
+# variable or a parameter, `input = np.ones(3)`) may use it. The whole file counts, not each
+# scope: a missed message costs nothing, since reading the console fails at run time anyway.
+_BUILTIN_NAME_RULES: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"input"}), _WHY_IO),
+)
+
+# `eval` is fine after a dot: `module.eval()` is part of the contract, and it does not reach
+# the builtin through an attribute without `builtins`, which is rejected.
+_ATTRIBUTE_NAMES_ALLOWED = frozenset({"eval"})
 
 # The modules that an allowed module (numpy's public submodules included) holds as public
 # attributes, found by walking them (the walk also finds `abc` and `numbers`, which hold
@@ -157,7 +182,7 @@ _ATTRIBUTE_NAMES_ALLOWED = frozenset({"eval", "input"})
 _MODULE_ATTRIBUTES = frozenset(
     {
         # found by the walk
-        "bltns", "builtins", "contextlib", "extbuild", "keyword", "pathlib", "re",
+        "bltns", "builtins", "contextlib", "extbuild", "hashlib", "keyword", "pathlib", "re",
         "stdlib_re", "subprocess", "sysconfig", "textwrap", "types", "warnings",
         # gateways, in case a later version exposes them
         "ast", "ctypes", "cffi", "gc", "io", "linecache", "marshal", "pickle", "runpy",
@@ -232,6 +257,18 @@ _FIXTURES = frozenset(
     }
 )
 
+# Files Python would import or load besides source, by lower-case suffix (a case-insensitive
+# file system imports `X.PYC` too), and what a violation calls them.
+_COMPILED_SUFFIXES = {
+    ".pyc": "compiled Python file",
+    ".pyo": "compiled Python file",
+    ".so": "extension module",
+    ".pyd": "extension module",
+    ".dll": "extension module",
+    ".dylib": "extension module",
+}
+_PYCACHE = "__pycache__"
+
 _HOOK_PREFIX = "pytest_"
 _DOTTED_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 # The line breaks Python's tokenizer knows; str.splitlines also splits on \f, \v, \x1c, ...
@@ -276,8 +313,10 @@ class PolicyConfig(BaseModel):
 def check_suite(tests_dir: Path, config: PolicyConfig = PolicyConfig()) -> list[Violation]:
     """Check every file under ``tests_dir``, recursively, without following links.
 
-    ``.py`` files are parsed and checked; other files are ignored; a ``conftest.py``, a link
-    or a special file (fifo, device, socket) anywhere is a violation.
+    ``.py`` files are parsed and checked; a ``conftest.py``, a link, a special file (fifo,
+    device, socket), a compiled or extension module (``.pyc``, ``.pyo``, ``.so``, ``.pyd``,
+    ``.dll``, ``.dylib``) or a ``__pycache__`` folder anywhere is a violation; other files
+    (data such as ``.npz``, ``.json`` or ``.txt``) are ignored.
 
     Args:
         tests_dir: the submitted suite.
@@ -331,16 +370,21 @@ def check_source(
 
 # ---------------------------------------------------------------------------- files
 def _walk(directory: Path) -> list[Path]:
-    """Every entry below ``directory``; links are listed, never followed."""
+    """Every entry below ``directory``; links are listed, never followed, and a
+    ``__pycache__`` folder is listed, not entered (it is refused whole)."""
     # A stack, not recursion: an uploaded tree may nest deeper than Python's recursion limit.
     entries: list[Path] = []
     pending = [directory]
     while pending:
         for entry in pending.pop().iterdir():
             entries.append(entry)
-            if not entry.is_symlink() and entry.is_dir():
+            if not entry.is_symlink() and entry.is_dir() and not _is_pycache(entry):
                 pending.append(entry)
     return entries
+
+
+def _is_pycache(entry: Path) -> bool:
+    return entry.name.lower() == _PYCACHE
 
 
 def _check_entry(entry: Path, rel: str, config: PolicyConfig) -> list[Violation]:
@@ -348,9 +392,14 @@ def _check_entry(entry: Path, rel: str, config: PolicyConfig) -> list[Violation]
     if entry.is_symlink():
         return [Violation(path=rel, line=1, col=0, what="symbolic link", why=_WHY_LINK)]
     if entry.is_dir():
+        if _is_pycache(entry):
+            return [Violation(path=rel, line=1, col=0, what=f"{_PYCACHE} folder", why=_WHY_PYCACHE)]
         return []
     if not entry.is_file():
         return [Violation(path=rel, line=1, col=0, what="special file", why=_WHY_SPECIAL)]
+    compiled = _COMPILED_SUFFIXES.get(entry.suffix.lower())
+    if compiled is not None:
+        return [Violation(path=rel, line=1, col=0, what=compiled, why=_WHY_COMPILED)]
     if entry.suffix != ".py":
         return []
     violations = []
@@ -437,6 +486,43 @@ def _attribute_why(name: str) -> str | None:
     return _rule_why(name, _ATTRIBUTE_RULES)
 
 
+def _bound_names(tree: ast.Module) -> frozenset[str]:
+    """Every name the file binds anywhere: variables, parameters, definitions, imports."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.partition(".")[0])
+        elif isinstance(
+            node,
+            (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+             ast.MatchStar),
+        ) and node.name:
+            names.add(node.name)
+    return frozenset(names)
+
+
+def _method_instances(tree: ast.Module) -> dict[ast.AST, str]:
+    """The first parameter (``self``, ``cls``) of each method of the classes the file defines;
+    a static method has none."""
+    instances: dict[ast.AST, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            static = any(isinstance(d, ast.Name) and d.id == "staticmethod"
+                         for d in item.decorator_list)
+            params = [*item.args.posonlyargs, *item.args.args]
+            if params and not static:
+                instances[item] = params[0].arg
+    return instances
+
+
 def _import_why(allowed: tuple[str, ...]) -> str:
     """The reason for a rejected import, naming what the configuration allows."""
     # numpy.random is implied by numpy: list only the modules whose parent is not listed.
@@ -461,9 +547,17 @@ class _Checker(ast.NodeVisitor):
         # `import tinyllm.rnn.gru` binds `tinyllm`, whose other attributes are off limits.
         self._partial_roots: frozenset[str] = frozenset()
         self._parents: dict[ast.AST, ast.AST] = {}
+        # `input` is the builtin only where the file does not bind the name itself.
+        self._bound: frozenset[str] = frozenset()
+        # A class of the file's own may use its private attributes through its methods' first
+        # parameter: these are the methods, then the parameters of those being visited.
+        self._methods: dict[ast.AST, str] = {}
+        self._instances: list[str] = []
 
     def check(self, tree: ast.Module) -> list[Violation]:
         self._partial_roots = self._find_partial_roots(tree)
+        self._bound = _bound_names(tree)
+        self._methods = _method_instances(tree)
         if self._partial_roots:
             self._parents = {
                 child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
@@ -523,6 +617,8 @@ class _Checker(ast.NodeVisitor):
     # -- names and attributes
     def visit_Name(self, node: ast.Name) -> None:
         why = _name_why(node.id, node.ctx)
+        if why is None and node.id not in self._bound:
+            why = _rule_why(node.id, _BUILTIN_NAME_RULES)
         if why is not None:
             self._add(node, f"use of {node.id!r}", why)
         elif node.id in self._partial_roots and isinstance(node.ctx, ast.Load):
@@ -541,12 +637,15 @@ class _Checker(ast.NodeVisitor):
             if dotted in under:
                 return
             if not any(m.startswith(f"{dotted}.") for m in under) or end == len(parts):
-                why = f"student tests may use only {' and '.join(under)} of {node.id}"
+                why = f"student tests may use only {', '.join(under)} of {node.id}"
                 self._add(node, f"use of {dotted!r}", why)
                 return
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         why = _attribute_why(node.attr)
+        own = isinstance(node.value, ast.Name) and node.value.id in self._instances
+        if why == _WHY_PRIVATE and own:
+            why = None
         if why is not None:
             self._add_attribute(node, why)
         self.generic_visit(node)
@@ -563,7 +662,13 @@ class _Checker(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if node.name.startswith(_HOOK_PREFIX):
             self._add(node, f"pytest hook {node.name!r}", _WHY_HOOK)
+        instance = self._methods.get(node)
+        if instance is None:
+            self.generic_visit(node)
+            return
+        self._instances.append(instance)
         self.generic_visit(node)
+        self._instances.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
 

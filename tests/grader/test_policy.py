@@ -1,4 +1,4 @@
-"""Policy: each rule rejects its hostile snippets at the exact place, and clean suites pass."""
+"""Policy: each rule rejects its snippets at the exact place, and ordinary code passes."""
 
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ IMPORTS: list[Case] = [
     ("import math, os", [(1, 0, "'os'")]),
     ("def f():\n    import pickle", [(2, 4, "pickle")]),
     ("from tinyllm.autograd import functional", [(1, 0, "tinyllm.autograd.functional")]),
-    ("import tinyllm.nn.module", [(1, 0, "tinyllm.nn.module")]),
+    ("import tinyllm.nn.init", [(1, 0, "tinyllm.nn.init")]),
+    ("import tinyllm.nn", [(1, 0, "'tinyllm.nn'")]),
+    ("from tinyllm.random import _MASK64", [(1, 0, "_MASK64")]),
     ("import tinyllm", [(1, 0, "'tinyllm'")]),
     ("import tinyllm.rnn", [(1, 0, "'tinyllm.rnn'")]),
     ("from tinyllm import rnn", [(1, 0, "tinyllm.rnn")]),
@@ -122,6 +124,12 @@ ATTRIBUTES: list[Case] = [
     # private names and other modules held by allowed ones
     ("random._os.system('ls')", [(1, 7, "_os")]),
     ("t._backward()", [(1, 2, "_backward")]),
+    # a class of the file's own may use its private attributes through self, and only so
+    ("class Net:\n    def f(self, t):\n        return t._w", [(3, 17, "_w")]),
+    ("def f(self):\n    return self._w", [(2, 16, "_w")]),
+    ("class Net:\n    self._w = 1", [(2, 9, "_w")]),
+    ("class Net:\n    @staticmethod\n    def f(t):\n        return t._w", [(4, 17, "_w")]),
+    ("class Net:\n    def f(self):\n        return self.__dict__", [(3, 20, "__dict__")]),
     ("dataclasses.builtins.eval('1')", [(1, 12, "builtins")]),
     ("typing.types.CodeType", [(1, 7, "types")]),
     ("enum.bltns", [(1, 5, "bltns")]),
@@ -343,11 +351,36 @@ def test_clean_tests_pass(source):
     assert check_source(source, "test_gru.py") == []
 
 
+ORDINARY: list[str] = [
+    "import numpy as np\n\ndef test_x():\n    input = np.ones(3)\n    assert input.shape == (3,)",
+    "def helper(input):\n    return input * 2",
+    "f = lambda input: input",
+    "xs = [input for input in range(3)]",
+    "class Net:\n    def __init__(self):\n        self._w = 1\n\n    def f(self):\n"
+    "        return [self._w for _ in range(2)]",
+    "class Net:\n    def __init__(self):\n        self.__w = 1\n\n    def f(this):\n"
+    "        def g():\n            return this._Net__w\n        return g()",
+    "class Net:\n    @classmethod\n    def make(cls):\n        return cls._default",
+    "from tinyllm.random import PCG32\nrng = PCG32(0).substream('init')",
+    "from tinyllm.nn.module import Module, Parameter",
+    "import tinyllm.random\nimport tinyllm.nn.module\n"
+    "rng = tinyllm.random.PCG32(0)\np = tinyllm.nn.module.Parameter",
+]
+
+
+@pytest.mark.parametrize("source", ORDINARY, ids=[s.splitlines()[-1][:40] for s in ORDINARY])
+def test_ordinary_code_passes(source):
+    """A variable or parameter named input, a class's own private attributes and the types
+    the contract names (PCG32, Parameter) are not refused."""
+    assert check_source(source, "test_gru.py") == []
+
+
 def test_a_violation_reads_file_line_column_what_and_why():
     [violation] = check_source("import math\n\nimport os\n", "test_gru.py")
     assert str(violation) == (
         "test_gru.py:3:0: import of 'os', student tests may import only tinyllm.rnn.gru, "
-        "tinyllm.autograd.tensor, numpy, pytest and the standard modules math, itertools, "
+        "tinyllm.autograd.tensor, tinyllm.nn.module, tinyllm.random, numpy, pytest and the "
+        "standard modules math, itertools, "
         "functools, dataclasses, typing, collections, fractions, decimal, statistics, operator, "
         "enum, string, cmath, random, copy"
     )
@@ -426,11 +459,77 @@ def test_a_clean_suite_with_other_files_and_a_byte_order_mark_passes(tmp_path):
             "test_more.py": b"\xef\xbb\xbf" + CLEAN_SUITE.encode("utf-8"),
             "notes.txt": "import os\n",
             "data.npy": b"\x93NUMPY\xff\xfe",
-            "__pycache__/test_gru.cpython-311.pyc": b"\x00\xff",
+            "golden.npz": b"PK\x03\x04",
+            "golden.json": "{}\n",
             ".tdd/journal.jsonl": "{}\n",
         },
     )
     assert check_suite(suite) == []
+
+
+ACCEPTANCE_SUITE = '''\
+import numpy as np
+from tinyllm.random import PCG32
+from tinyllm.rnn.gru import GRUCell
+
+
+class Net:
+    def __init__(self):
+        self._w = GRUCell(3, 4, rng=PCG32(0))
+
+    def f(self, x):
+        return self._w(x)
+
+
+def test_a_step_keeps_the_shape():
+    input = np.ones((2, 3))
+    assert Net().f(input).shape == (2, 4)
+'''
+
+
+def test_a_local_input_a_private_attribute_of_its_own_and_pcg32_pass(tmp_path):
+    assert check_suite(_write(tmp_path, {"test_gru.py": ACCEPTANCE_SUITE})) == []
+
+
+def test_compiled_files_and_pycache_folders_are_rejected_by_name(tmp_path):
+    suite = _write(
+        tmp_path,
+        {
+            "test_gru.py": SEED_EXAMPLE,
+            "helpers.pyc": b"\x00\xff",
+            "legacy.pyo": b"\x00",
+            "OLD.PYC": b"\x00",
+            "sub/fast.cpython-311-x86_64-linux-gnu.so": b"\x7fELF",
+            "win/fast.pyd": b"MZ",
+            "win/fast.dll": b"MZ",
+            "mac/fast.dylib": b"\xcf\xfa",
+            "__pycache__/test_gru.cpython-311.pyc": b"\x00\xff",
+            "sub/__pycache__/test_x.cpython-311.pyc": b"\x00\xff",
+            "golden.npz": b"PK\x03\x04",
+            "golden.json": "{}\n",
+            "notes.txt": "x\n",
+        },
+    )
+    violations = check_suite(suite)
+    assert _where(violations) == [
+        ("OLD.PYC", 1, 0),
+        ("__pycache__", 1, 0),  # once for the folder, not again for each file in it
+        ("helpers.pyc", 1, 0),
+        ("legacy.pyo", 1, 0),
+        ("mac/fast.dylib", 1, 0),
+        ("sub/__pycache__", 1, 0),
+        ("sub/fast.cpython-311-x86_64-linux-gnu.so", 1, 0),
+        ("win/fast.dll", 1, 0),
+        ("win/fast.pyd", 1, 0),
+    ]
+    by_path = {v.path: str(v) for v in violations}
+    assert by_path["helpers.pyc"] == (
+        "helpers.pyc:1:0: compiled Python file, compiled code is refused: a submission holds "
+        "source files only; delete it and submit the .py file"
+    )
+    assert by_path["win/fast.dll"].startswith("win/fast.dll:1:0: extension module, ")
+    assert by_path["__pycache__"].startswith("__pycache__:1:0: __pycache__ folder, ")
+    assert "delete the folder" in by_path["__pycache__"]
 
 
 def test_conftest_anywhere_is_rejected(tmp_path):
