@@ -4,7 +4,7 @@ Each part is measured on its own, in this one run:
 
 * the command's start-up: importing the command line, then the grading path (``-X importtime``);
 * a worker's start-up: its imports, then pytest's configuration and the one-time assert
-  rewriting (cProfile of :func:`grader.worker._prepare`, the top entries printed);
+  rewriting (cProfile of :func:`grader.worker.serve._prepare`, the top entries printed);
 * each child's phases in a real grading (lock-down and installing the variant, collecting the
   test files, running them, and of that the tests' own time), from the runs' own reports;
 * what a fork costs: a worker set up as for a grading forks children, empty ones and ones that
@@ -83,7 +83,7 @@ def worker_setup_profile() -> tuple[float, str]:
         "from grader.wire import JobSettings\n"
         f"job = JobSettings.from_message(json.loads({job.to_frame()[4:].decode()!r}))\n"
         "profile = cProfile.Profile(); started = time.perf_counter(); profile.enable()\n"
-        "import grader.worker as w; w._prepare(job)\n"
+        "import grader.worker.serve as w; w._prepare(job)\n"
         "profile.disable(); took = time.perf_counter() - started\n"
         "out = io.StringIO(); pstats.Stats(profile, stream=out).sort_stats('cumulative').print_stats(12)\n"
         "print(took); print(out.getvalue())\n"
@@ -106,7 +106,8 @@ import gc, json, os, resource, statistics, sys, time
 from grader.codecache import variant_code
 from grader.paths import default_layout
 from grader.wire import JobSettings
-import grader.worker as worker
+import grader.worker.serve as worker
+from grader.worker.child import install_variant
 
 layout = default_layout()
 job = JobSettings(reference=str(layout.package_dir), tests=sys.argv[1], hash_seed=1)
@@ -125,10 +126,10 @@ def child(empty):
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
             clock.append(time.perf_counter())
 
-        worker.install_variant(source, code)
+        install_variant(source, code)
         mark()
         reporter = session.reporter
-        reporter.fd, reporter.token, reporter.select, reporter.stop_at_first_kill = os.open(os.devnull, os.O_WRONLY), b"-", None, False
+        reporter.fd, reporter.token = os.open(os.devnull, os.O_WRONLY), b"-"
         hook = session.config.hook
         hook.pytest_collection(session=session.session)
         mark()

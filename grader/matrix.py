@@ -300,8 +300,7 @@ class _MatrixRun:
             for mutant in mutants:
                 self._send(WorkerRun(
                     variant=mutant.id, source=mutant.source, select=self.valid,
-                    time_limits={t: self.time_limits[t] for t in self.valid},
-                    stop_at_first_kill=not self.full_matrix, brief=True,
+                    time_limits=self.time_limits, stop_at_first_kill=not self.full_matrix,
                 ))
 
     def _keep(self, run: SuiteRun, worker: WorkerProcess, reference: str) -> None:
@@ -322,8 +321,7 @@ class _MatrixRun:
                 # Its only kill did not hold up: carry on with the tests it stopped before.
                 self._send(WorkerRun(
                     variant=variant.id, source=variant.source, select=rest, attempt=3,
-                    time_limits={t: self.time_limits[t] for t in rest}, stop_at_first_kill=not self.full_matrix,
-                    brief=True,
+                    time_limits=self.time_limits, stop_at_first_kill=not self.full_matrix,
                 ))
             return
         if run.attempt == 3:  # a continuation of the first run
@@ -334,8 +332,7 @@ class _MatrixRun:
         doubtful = [r.test_id for r in run.results if r.outcome.kills and _needs_confirmation(run, r.test_id)]
         if doubtful:
             self._send(WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
-                                                time_limits={t: self.time_limits[t] for t in doubtful}, attempt=2,
-                                                brief=True))
+                                 time_limits=self.time_limits, attempt=2))
 
     def _explain(self, run: SuiteRun, kind: VariantKind = VariantKind.MUTANT) -> SuiteRun:
         """A wheat's or mutant's run with every test of the suite, each one not run saying why.

@@ -97,12 +97,12 @@ class WorkerRun(BaseModel):
 
     variant: str
     source: str
-    select: list[str] | None = None  # node ids to run; None runs the whole suite
+    # Node ids to report (a run's test process runs every test, whatever the run); None: all.
+    select: list[str] | None = None
     attempt: int = 1  # 2: a confirming re-run
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
     time_limits: dict[str, float] | None = None  # test id -> seconds, instead of the test limit
-    stop_at_first_kill: bool = False  # stop at the first test that does not pass
-    brief: bool = False  # failures in one line each, no traceback (a mutant's: only the outcome counts)
+    stop_at_first_kill: bool = False  # stop at the first selected test that does not pass
 
 
 # ----------------------------------------------------------------------- the report

@@ -16,8 +16,9 @@ Besides the builtins that turn a string into an attribute look-up or into code (
 ``eval``, ...), the helpers of the allowed modules that do the same (``operator.attrgetter``,
 ``typing.get_type_hints``, ``pytest.importorskip``, ...) and the attributes through which an
 allowed module exposes another module (``dataclasses.builtins``, ``typing.types``) are refused
-too, and so are files that Python would import or run other than the ``.py`` files this check
-reads: compiled and extension modules and ``__pycache__`` folders.
+too, and so are files that Python could import other than the ``.py`` files this check reads:
+compiled and extension modules. A ``__pycache__`` folder (Python writes one wherever a student
+runs the tests) is passed over: it is never copied into a run.
 """
 
 from __future__ import annotations
@@ -130,10 +131,6 @@ _WHY_SPECIAL = "a submission may hold only regular files and directories"
 _WHY_COMPILED = (
     "compiled code is refused: a submission holds source files only; delete it and submit "
     "the .py file"
-)
-_WHY_PYCACHE = (
-    "compiled code is refused: a submission holds source files only; delete the folder "
-    "(Python writes it when it imports the tests) and submit the .py files"
 )
 _WHY_SYNTAX = "Python cannot parse this file, so pytest could not collect it"
 _WHY_NOT_UTF8 = "test files must be saved as UTF-8 text"
@@ -314,9 +311,9 @@ def check_suite(tests_dir: Path, config: PolicyConfig = PolicyConfig()) -> list[
     """Check every file under ``tests_dir``, recursively, without following links.
 
     ``.py`` files are parsed and checked; a ``conftest.py``, a link, a special file (fifo,
-    device, socket), a compiled or extension module (``.pyc``, ``.pyo``, ``.so``, ``.pyd``,
-    ``.dll``, ``.dylib``) or a ``__pycache__`` folder anywhere is a violation; other files
-    (data such as ``.npz``, ``.json`` or ``.txt``) are ignored.
+    device, socket) or a compiled or extension module (``.pyc``, ``.pyo``, ``.so``, ``.pyd``,
+    ``.dll``, ``.dylib``) anywhere is a violation; ``__pycache__`` folders (never copied into a
+    run) and other files (data such as ``.npz``, ``.json`` or ``.txt``) are passed over.
 
     Args:
         tests_dir: the submitted suite.
@@ -371,14 +368,16 @@ def check_source(
 # ---------------------------------------------------------------------------- files
 def _walk(directory: Path) -> list[Path]:
     """Every entry below ``directory``; links are listed, never followed, and a
-    ``__pycache__`` folder is listed, not entered (it is refused whole)."""
+    ``__pycache__`` folder is passed over (it is never copied into a run)."""
     # A stack, not recursion: an uploaded tree may nest deeper than Python's recursion limit.
     entries: list[Path] = []
     pending = [directory]
     while pending:
         for entry in pending.pop().iterdir():
+            if _is_pycache(entry) and not entry.is_symlink() and entry.is_dir():
+                continue
             entries.append(entry)
-            if not entry.is_symlink() and entry.is_dir() and not _is_pycache(entry):
+            if not entry.is_symlink() and entry.is_dir():
                 pending.append(entry)
     return entries
 
@@ -392,8 +391,6 @@ def _check_entry(entry: Path, rel: str, config: PolicyConfig) -> list[Violation]
     if entry.is_symlink():
         return [Violation(path=rel, line=1, col=0, what="symbolic link", why=_WHY_LINK)]
     if entry.is_dir():
-        if _is_pycache(entry):
-            return [Violation(path=rel, line=1, col=0, what=f"{_PYCACHE} folder", why=_WHY_PYCACHE)]
         return []
     if not entry.is_file():
         return [Violation(path=rel, line=1, col=0, what="special file", why=_WHY_SPECIAL)]

@@ -100,6 +100,7 @@ class WorkerProcess:
         started: SandboxedWorker | None = None,
     ) -> None:
         self.layout = layout
+        self.isolate = hide_source  # grading our variants: each in its own implementation process
         self.tests_dir = tests_dir.resolve() if tests_dir is not None else None
         self.hash_seed = hash_seed
         self.limits = limits
@@ -140,6 +141,8 @@ class WorkerProcess:
             test_timeout=limits.test_timeout,
             memory_bytes=limits.memory_bytes,
             conftests=limits.conftests,
+            isolate=self.isolate,
+            collect_timeout=limits.test_timeout,
             private_tmp=self.sandbox.workdir is not None,
             sandbox=self.sandbox.settings(budget=worker_cpu),
         )
@@ -185,7 +188,6 @@ class WorkerProcess:
             tests=run.tests,
             time_limits=run.time_limits,
             stop_at_first_kill=run.stop_at_first_kill,
-            brief=run.brief,
             cpu_budget=cpu_budget,
             timeout_floor=timeout_floor if timeout_floor is not None else self.limits.timeout_floor,
         )

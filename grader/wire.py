@@ -67,6 +67,8 @@ class JobSettings:
     test_timeout: float = 20.0  # one test, unless the run names its own limit
     memory_bytes: int = 2 * 1024**3
     conftests: bool = False  # load the tests' conftest.py files (trusted tests only)
+    isolate: bool = False  # the package is ours: each variant runs in its own implementation process
+    collect_timeout: float = 20.0  # collecting the test files (wall clock)
     private_tmp: bool = False  # the temporary folder is the worker's own: emptied between jobs
     sandbox: WorkerSandbox = field(default_factory=WorkerSandbox)
 
@@ -88,13 +90,13 @@ class RunHeader:
     run_id: int
     source_bytes: int
     code_bytes: int = 0  # the source compiled (marshalled), following it; 0: the child compiles it
-    select: list[str] | None = None  # node ids to run, in collection order; None runs all
+    # What the worker reports and watches; a run's test process always runs every test.
+    select: list[str] | None = None  # node ids to report, in collection order; None: all
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
     time_limits: dict[str, float] | None = None  # test id -> seconds, overriding test_timeout
     stop_at_first_kill: bool = False  # stop after the first test that does not pass
     cpu_budget: float | None = None  # CPU seconds this run may use before grading stops
     timeout_floor: float | None = None  # after a time-out, later tests get at most this
-    brief: bool = False  # failures reported in one line each (no traceback: much cheaper)
 
     def to_frame(self) -> bytes:
         return encode_frame({"run": asdict(self)})

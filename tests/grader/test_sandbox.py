@@ -306,7 +306,7 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
     values = {
         "canary": str(outside / "canary.txt"),
         "new_file": str(outside / "new.txt"),
-        "grader_file": str(LAYOUT.root / "grader" / "worker.py"),
+        "grader_file": str(LAYOUT.root / "grader" / "worker" / "serve.py"),
         "reference_file": str(LAYOUT.gru_source),
         "original": str(tests / "test_hostile.py"),
         "port": listener.getsockname()[1],
@@ -319,7 +319,7 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
     body = ATTACKS[attack].format(**values)
     _write_suite(tests, HEADER + "\n\ndef test_hostile():" + body)
     # The grader's own code the attacks aim at (not all of grader/: it may be edited meanwhile).
-    code = [LAYOUT.root / "grader" / name for name in ("worker.py", "sandbox.py", "runner.py")]
+    code = [LAYOUT.root / "grader" / name for name in ("worker/serve.py", "worker/child.py", "sandbox.py", "runner.py")]
     watched = [*code, LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
     before = _digest(watched)
     # The next submission's worker starts alongside, as the grader starts its workers ahead:
@@ -404,7 +404,7 @@ def test_a_child_claiming_done_early_leaves_its_unreported_tests_missing(tmp_pat
     ran into a pass: the worker counts a collected test without a result as missing."""
     suite = HEADER + '''
 def test_claims_done(request):
-    reporter = next(p for p in request.config.pluginmanager.get_plugins() if type(p).__name__ == "_Reporter")
+    reporter = next(p for p in request.config.pluginmanager.get_plugins() if type(p).__name__ == "Reporter")
     reporter.send(done=True)
     os._exit(0)
 

@@ -1,0 +1,352 @@
+"""A run's test process: pytest in-process over the submitted tests, reporting each event.
+
+Forked from the zygote (:mod:`grader.worker.zygote`), which holds the worker's pytest set-up and
+nothing of any run: every run's test process starts from the same memory, under the same
+options, and is told nothing about the run it is (no limits, no selection, no variant). The
+worker, watching the events this process writes to its report pipe, enforces every limit from
+outside: it interrupts a test past its time with SIGALRM (raised here as ``_TestTimeout``),
+kills the process at a mutant's first kill, and stops it when the grading budget is spent.
+
+The implementation under test is the run's implementation process, reached through the
+stand-in ``tinyllm.rnn.gru`` (:mod:`grader.worker.standin`); for a student's own package (the
+journal's runs), both sides are the student's, and its source arrives from that process as
+data and is installed here.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import marshal
+import os
+import resource
+import signal
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.wire import VARIANT_FILENAME, WorkerSandbox
+
+__all__ = ["TestSession", "TestTimeout", "install_variant", "short_message"]
+
+MESSAGE_CAP = 2000
+_MESSAGE_LINES = 12  # lines of an exception's text kept in a reason (numpy's assert messages run to about 8)
+# Outcome values, as grader.models.Outcome spells them (the worker does not import the models).
+PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
+    "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
+)
+
+
+class TestTimeout(BaseException):
+    """Raised in a test the worker interrupted: it ran past its limit (a BaseException so
+    ``except Exception`` in the test cannot swallow it)."""
+
+    __test__ = False  # not a test class, whatever pytest's naming rules say
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise TestTimeout("the test ran past its time limit")
+
+
+def short_message(exc: BaseException) -> str:
+    """A failure as a student reads it: the exception's type and the first lines of its text
+    (numpy's assertion messages start on their second line)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises still leaves the type to report
+        text = ""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    head = type(exc).__name__
+    body = "\n".join(lines[:_MESSAGE_LINES])
+    if len(lines) > _MESSAGE_LINES:
+        body += f"\n... ({len(lines) - _MESSAGE_LINES} more lines)"
+    return (f"{head}: {body}" if body else head)[:MESSAGE_CAP]
+
+
+def _longrepr_message(text: str) -> str:
+    """The most telling part of a failure pytest formatted itself (a collection error, a
+    skip): its ``E`` lines, else its last lines."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return "\n".join(errors or lines[-3:])[:MESSAGE_CAP]
+
+
+class Reporter:
+    """A pytest plugin that writes each event as a JSON line to the run's report pipe.
+
+    Registered once, when the worker configures pytest; the test process sets ``fd`` and
+    ``token`` (which starts each of its lines: a line without it was not written here) after
+    the fork. ``prefix`` makes node ids relative to a sub-folder (a journal snapshot's run).
+    """
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.token = b""
+        self.prefix = ""
+        self.messages: dict[str, str] = {}
+
+    def _id(self, nodeid: str) -> str:
+        return nodeid[len(self.prefix):] if self.prefix and nodeid.startswith(self.prefix) else nodeid
+
+    def send(self, **event: Any) -> None:
+        if self.fd is None:
+            return
+        data = self.token + (json.dumps(event) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.send(collect_error=f"{self._id(report.nodeid) or '(session)'}: {_longrepr_message(report.longreprtext)}")
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.send(collected=[self._id(item.nodeid) for item in session.items])
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.send(begin=self._id(nodeid))
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.send(end=self._id(nodeid))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        report = yield
+        if call.excinfo is not None and not report.skipped:
+            self.messages[f"{item.nodeid}\0{call.when}"] = short_message(call.excinfo.value)
+            if call.excinfo.errisinstance(TestTimeout):
+                report.timed_out = True
+        return report
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        outcome: str | None = None
+        if report.when == "call":
+            if report.passed:
+                outcome = PASSED
+            elif report.skipped:
+                outcome = SKIPPED
+            else:
+                outcome = TIMEOUT if getattr(report, "timed_out", False) else FAILED
+        elif report.failed:  # setup or teardown
+            outcome = TIMEOUT if getattr(report, "timed_out", False) else ERROR
+        elif report.when == "setup" and report.skipped:
+            outcome = SKIPPED
+        if outcome is None:
+            return
+        message = ""
+        if outcome != PASSED:
+            message = self.messages.pop(f"{report.nodeid}\0{report.when}", None) or _longrepr_message(report.longreprtext)
+        self.send(result={
+            "test_id": self._id(report.nodeid), "outcome": outcome, "message": message,
+            "duration": round(report.duration, 6),
+        })
+
+
+class TestSession:
+    """A pytest session configured once in the worker, then collected and run in each test
+    process.
+
+    Configuring pytest (plugins, options) costs tens of milliseconds; doing it once before
+    forking leaves each run only the collection of the test files and the tests themselves.
+    Every run sees the same options. ``conftest.py`` files are not loaded unless the job trusts
+    them (the course's own tests).
+    """
+
+    __test__ = False
+
+    def __init__(self, tests: str, conftests: bool) -> None:
+        from _pytest.config import _prepareconfig
+        from _pytest.main import Session
+
+        self.reporter = Reporter()
+        args = [
+            tests,
+            "-c", os.devnull,  # no ini file of the submission's is read
+            "--rootdir", tests,
+            # Nothing above the tests is collected, not even looked at: without this pytest
+            # walks down from the file system's root, listing every folder on the way.
+            "--confcutdir", tests,
+            "--import-mode=importlib",
+            "--capture=no",  # the run's output already goes nowhere
+            *(() if conftests else ("--noconftest",)),
+            *(arg for name in _UNUSED_PLUGINS for arg in ("-p", f"no:{name}")),
+        ]
+        self.config = _prepareconfig(args, plugins=[self.reporter])
+        # Reasons are made from the exception itself (Reporter.messages): pytest's own
+        # formatting of a traceback is not needed, and the one-line form costs least.
+        self.config.option.tbstyle = "line"
+        _rewrite_once(Path(tests), self.config)
+        self.config._do_configure()
+        self.session = Session.from_config(self.config)
+        self.session.exitstatus = 0
+        self.config.hook.pytest_sessionstart(session=self.session)
+
+    def close(self) -> None:
+        self.config._ensure_unconfigure()
+
+    def run(self, *, report: int, boundary: int, tmp: str, token: bytes, tests: str | None,
+            isolate: bool, hardening: Any) -> None:
+        """In the forked test process: lock down, connect the implementation, run the suite,
+        report, and exit."""
+        clock = [time.perf_counter()]
+        os.setpgid(0, 0)
+        _only_own_descriptors((report, boundary), tmp, hardening.settings)
+        # Temporary files (pytest's tmp_path among them) go to a folder of this run's own.
+        os.environ["TMPDIR"] = tmp
+        tempfile.tempdir = tmp
+        hardening.apply()
+        signal.signal(signal.SIGALRM, _interrupted)
+        reporter = self.reporter
+        reporter.fd = report
+        reporter.token = token
+        if tests is not None:
+            # One job can hold several suites (a journal's snapshots): run just this one.
+            reporter.prefix = tests.strip("/") + "/"
+            self.config.args = [str(Path(self.config.rootpath) / tests)]
+        problem = _connect(boundary, isolate)
+        if problem:
+            reporter.send(collect_error=problem[:MESSAGE_CAP])
+            reporter.send(done=True)
+            os._exit(0)
+        clock.append(time.perf_counter())
+        hook = self.config.hook
+        try:
+            hook.pytest_collection(session=self.session)
+            clock.append(time.perf_counter())
+            hook.pytest_runtestloop(session=self.session)
+        except self.session.Interrupted:
+            reporter.send(stopped=True)
+        except BaseException as exc:  # noqa: BLE001 - pytest.exit(), SystemExit outside a test, ...
+            reporter.send(collect_error=f"the run stopped early: {short_message(exc)}"[:MESSAGE_CAP])
+        clock.append(time.perf_counter())
+        # Where the run's time went: lock-down and connecting the implementation, collecting, running.
+        reporter.send(phases=dict(zip(("setup", "collect", "run"), (round(b - a, 6) for a, b in zip(clock, clock[1:])))))
+        reporter.send(done=True)
+        os._exit(0)
+
+
+def _connect(boundary: int, isolate: bool) -> str:
+    """Make ``tinyllm.rnn.gru`` the run's implementation: the stand-in connected to the
+    implementation process, or (a student's own package) the source that process sends.
+    Returns why it could not be, or ""."""
+    from grader.worker.boundary import BoundaryError, Connection
+
+    connection = Connection(boundary)
+    try:
+        hello = connection.receive()
+    except BoundaryError as exc:
+        return f"the implementation could not be reached: {exc}"
+    if hello is None:
+        return "the implementation process ended before it answered"
+    if hello.header.get("ok") is not True:
+        return (f"{VARIANT_FILENAME}: the implementation does not import: "
+                f"{hello.header.get('type', 'Error')}: {hello.header.get('message', '')}")
+    if isolate:
+        import tinyllm.rnn
+
+        from grader.worker import standin
+
+        standin.connect(connection)
+        sys.modules["tinyllm.rnn.gru"] = standin
+        tinyllm.rnn.gru = standin  # type: ignore[attr-defined]
+        return ""
+    try:
+        source = bytes(hello.array(0)).decode("utf-8", errors="replace")
+        code = bytes(hello.array(1)) if len(hello.arrays) > 1 else b""
+        install_variant(source, code)
+    except BaseException as exc:  # noqa: BLE001 - a broken implementation is a result, not a crash
+        return f"{VARIANT_FILENAME}: the implementation does not import: {short_message(exc)}"
+    finally:
+        os.close(boundary)
+    return ""
+
+
+def install_variant(source: str, code: bytes = b"") -> types.ModuleType:
+    """Make ``source`` the module ``tinyllm.rnn.gru``, compiled under :data:`VARIANT_FILENAME`
+    (``code``: the same, compiled ahead by the grader and marshalled)."""
+    import tinyllm.rnn
+
+    module = types.ModuleType("tinyllm.rnn.gru")
+    module.__file__ = VARIANT_FILENAME
+    module.__package__ = "tinyllm.rnn"
+    # Tracebacks read source through linecache: give it the implementation's text.
+    linecache.cache[VARIANT_FILENAME] = (len(source), None, source.splitlines(True), VARIANT_FILENAME)
+    compiled = _loaded(code) or compile(source, VARIANT_FILENAME, "exec", dont_inherit=True)
+    sys.modules["tinyllm.rnn.gru"] = module
+    exec(compiled, module.__dict__)
+    tinyllm.rnn.gru = module  # type: ignore[attr-defined]
+    return module
+
+
+def _loaded(code: bytes) -> types.CodeType | None:
+    """The code the grader compiled ahead, if it is a variant's module code."""
+    try:
+        loaded = marshal.loads(code) if code else None
+    except (EOFError, ValueError, TypeError):
+        return None
+    return loaded if isinstance(loaded, types.CodeType) and loaded.co_filename == VARIANT_FILENAME else None
+
+
+def _only_own_descriptors(keep: tuple[int, ...], tmp: str, settings: WorkerSandbox) -> None:
+    """Close every descriptor the process inherited but ``keep``: the worker's stdout, its job
+    pipe and the other runs' pipes are out of the submission's reach. Standard input reads
+    nothing; standard output and error go to an unnamed file of its own, capped by the file
+    size limit (a test printing a gigabyte fails with "File too large"), or nowhere."""
+    last = 2
+    for fd in sorted(keep):
+        os.closerange(last + 1, fd)
+        last = fd
+    os.closerange(last + 1, max(last + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    null = os.open(os.devnull, os.O_RDWR)
+    sink = null
+    if settings.file_bytes is not None:
+        try:
+            sink = os.open(tmp, os.O_TMPFILE | os.O_WRONLY, 0o600)
+        except OSError:
+            sink = null  # no O_TMPFILE on this file system: output goes nowhere
+    os.dup2(null, 0)
+    os.dup2(sink, 1)
+    os.dup2(sink, 2)
+    for extra in {null, sink} - {0, 1, 2}:
+        os.close(extra)
+
+
+def _rewrite_once(tests: Path, config: Any) -> None:
+    """Rewrite the asserts of every test file once, here, instead of once per run.
+
+    pytest rewrites a test module's ``assert`` statements when it is imported; each run
+    imports the test files afresh, so without this every run would parse and compile the same
+    files again. Rewriting only compiles: no code of the submission runs here.
+    """
+    from _pytest.assertion import rewrite
+
+    original = getattr(rewrite._rewrite_test, "__wrapped__", rewrite._rewrite_test)  # a job before set one
+    cache: dict[str, tuple[bytes, types.CodeType]] = {}
+
+    def cached(fn: Path, config: Any) -> tuple[bytes, types.CodeType]:
+        key = str(fn)
+        if key not in cache:
+            cache[key] = original(fn, config)
+        return cache[key]
+
+    cached.__wrapped__ = original  # type: ignore[attr-defined]
+    rewrite._rewrite_test = cached
+    for path in sorted(tests.rglob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            try:
+                cached(path, config)
+            except (OSError, SyntaxError, ValueError):
+                pass  # the run meets the same error while collecting, and reports it there
+
+
+# Plugins a grading run has no use for (they cost start-up time or write files).
+_UNUSED_PLUGINS = (
+    "cacheprovider", "terminal", "junitxml", "pastebin", "doctest", "faulthandler",
+    "legacypath", "nose", "stepwise", "lsof", "randomly",
+    "debugging", "setuponly", "setupplan",  # pdb and --setup-*: never used by a run, ~80 ms to import
+)

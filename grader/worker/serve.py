@@ -1,0 +1,488 @@
+"""The worker process: runs a test suite against variants, two processes per run.
+
+Started by :mod:`grader.runner` as ``python -m grader.worker`` in its sandbox
+(:mod:`grader.sandbox`), with ``PYTHONHASHSEED`` fixed and a minimal environment. It reads the
+job (:class:`~grader.wire.JobSettings`, the first frame on stdin; see :mod:`grader.wire`),
+locks itself down (rlimits, non-dumpable, seccomp), imports numpy and pytest once, configures
+pytest once, and forks the zygote (:mod:`grader.worker.zygote`), which then forks every run's
+test process from a memory that holds nothing of any run. Then it reads runs as they come (at
+most ``jobs`` at a time). Each run has two processes:
+
+- the implementation process, forked here: it reads the variant's source, which follows the
+  run's frame on stdin (the worker never holds it), locks itself down and answers the test
+  process's requests with data (:mod:`grader.worker.impl`);
+- the test process, forked by the zygote: it runs pytest over the submitted tests against the
+  stand-in ``tinyllm.rnn.gru`` (:mod:`grader.worker.standin`), which reaches the
+  implementation through a socket that carries data only (:mod:`grader.worker.boundary`).
+
+So no test shares a process with any variant, and every test process looks alike from inside.
+The worker watches each run's events and enforces its limits from outside
+(:mod:`grader.worker.watch`), judges it from what arrived, never from an exit code, and writes
+one result per line on stdout. A student's own package (the journal's runs) is never imported
+here: its source reaches the test process as data, and both sides run there.
+
+Nothing here imports pydantic or the grader's models: the worker starts cold for every
+grading, and the standard library, numpy and pytest are all it needs.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import selectors
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from importlib.machinery import PathFinder, SourceFileLoader
+from importlib.util import spec_from_file_location
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader.sandbox import ChildHardening, SandboxError, harden_worker
+from grader.wire import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
+from grader.worker.boundary import Connection
+from grader.worker.child import TestSession, short_message
+from grader.worker.watch import Run
+from grader.worker.zygote import Zygote
+
+__all__ = ["NICENESS", "main", "serve"]
+
+NICENESS = 10  # at least this nice: grading yields the CPU to the service it runs beside
+_SOURCE_WAIT = 30.0  # seconds a new implementation process may take to read its source from stdin
+_FORK_RETRY = 2.0  # seconds to wait for the process limit to free a slot for the next process
+
+
+class _OnlyUnder:
+    """Finds ``tinyllm`` and its modules in the package under test or nowhere: the copy
+    installed with the project never fills a gap in a student's package."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.partition(".")[0] != "tinyllm":
+            return None
+        spec = PathFinder.find_spec(name, [self.folder] if path is None else path)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return spec
+
+
+class _TestHelpers:
+    """Finds the helper modules beside the tests (``import helpers``), after every other finder
+    (nothing of a submission shadows a module of the standard library, numpy or pytest), and
+    only as source files: a compiled module or an extension in a submission is never imported."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if path is not None or not name.isidentifier():
+            return None  # a submodule is found by its package's own path, as source too
+        for candidate, package in ((Path(self.folder) / name / "__init__.py", True), (Path(self.folder) / f"{name}.py", False)):
+            if candidate.is_file():
+                loader = SourceFileLoader(name, str(candidate))
+                locations = [str(candidate.parent)] if package else None
+                return spec_from_file_location(name, candidate, loader=loader, submodule_search_locations=locations)
+        return None
+
+
+def _import_common() -> None:
+    """What every run needs, whatever the job: imported by a worker as soon as it starts, while
+    the grader is still getting the job ready (pytest's own plugins and numpy's lazily loaded
+    parts among it: once here, not in every child)."""
+    import _pytest.config  # noqa: F401
+    import _pytest.main  # noqa: F401
+    import _pytest.python  # noqa: F401
+    import numpy  # noqa: F401
+    import numpy.random  # noqa: F401
+
+
+def _import_named(job: JobSettings) -> None:
+    """numpy.testing (about 12 ms), imported ahead where a test file names it: once here
+    rather than in every child; a suite that never names it does not pay for it."""
+    for path in Path(job.tests).rglob("*.py"):
+        try:
+            if b"testing" in path.read_bytes():
+                import numpy.testing  # noqa: F401
+
+                return
+        except OSError:
+            continue
+
+
+def _prepare(job: JobSettings) -> TestSession:
+    """Import once, before forking, what every run needs (runs start warm), and configure
+    pytest. The package under test is imported here only when it is ours (``isolate``): a
+    student's package is never imported by the worker."""
+    sys.path.insert(0, job.reference)
+    sys.meta_path.insert(0, _OnlyUnder(job.reference))
+    _import_common()
+    _import_named(job)
+    if job.isolate:
+        for name in ("tinyllm.autograd.functional", "tinyllm.nn", "tinyllm.random", "tinyllm.rnn",
+                     "grader.worker.standin", "grader.worker.impl"):
+            importlib.import_module(name)
+    sys.meta_path.append(_TestHelpers(job.tests))
+    return TestSession(job.tests, job.conftests)
+
+
+def _next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestSession:
+    """Set up for the next submission, in a worker that grades one after another: nothing of
+    the last one stays (its temporary files, its pytest configuration, its helpers' finder)."""
+    session.close()
+    if old.private_tmp:
+        _empty(tempfile.gettempdir())
+    for finder in [f for f in sys.meta_path if isinstance(f, _TestHelpers)]:
+        sys.meta_path.remove(finder)
+    sys.meta_path.append(_TestHelpers(job.tests))
+    _import_named(job)
+    return TestSession(job.tests, job.conftests)
+
+
+def _empty(folder: str) -> None:
+    """Remove everything in ``folder``, whatever its permissions (it is all this uid's)."""
+    for entry in os.scandir(folder):
+        path = entry.path
+        if entry.is_dir(follow_symlinks=False):
+            try:
+                os.chmod(path, 0o700)  # a folder closed to its own owner is opened first
+            except OSError:
+                pass
+            for root, dirs, _ in os.walk(path):
+                for name in dirs:
+                    try:
+                        os.chmod(os.path.join(root, name), 0o700)
+                    except OSError:
+                        pass
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class _Worker:
+    """The worker's loop: frames in, runs started and watched, results out."""
+
+    def __init__(self, job: JobSettings, out: Any, hardening: ChildHardening, stdin: int) -> None:
+        self.job = job
+        self.out = out
+        self.hardening = hardening
+        self.stdin = stdin
+        self.session = _prepare(job)
+        # Everything made so far is shared with the runs' processes copy-on-write; freezing it
+        # keeps the garbage collector from touching (and so copying) those pages in every one.
+        # The collector was off while the worker imported; the runs run with it on.
+        gc.freeze()
+        gc.enable()
+        self.selector = selectors.DefaultSelector()
+        self.zygote: Zygote | None = None
+        self.zygote_problem = self._ensure_zygote()  # before any run is read: it must never hold one
+        self.runs: dict[int, Run] = {}  # by report pipe
+        self.asked: list[Run] = []  # runs whose test process the zygote has not reported yet
+        self.by_pid: dict[int, Run] = {}  # by test process
+        self.waiting: list[JobSettings] = []  # the next job, once every run of this one has ended
+        self.reading = True
+
+    def _ensure_zygote(self) -> str:
+        """Start the zygote if it is not running; returns why it cannot be, or ""."""
+        if self.zygote is None:
+            try:
+                self.zygote = self._start_zygote()
+            except OSError as exc:
+                return str(exc)
+        return ""
+
+    def _start_zygote(self) -> Zygote:
+        session, hardening, isolate = self.session, self.hardening, self.job.isolate
+
+        def start_run(report: int, boundary: int, tmp: str, token: bytes, tests: str | None) -> None:
+            session.run(report=report, boundary=boundary, tmp=tmp, token=token, tests=tests,
+                        isolate=isolate, hardening=hardening)
+
+        zygote = Zygote.start(start_run)
+        self.selector.register(zygote.control, selectors.EVENT_READ, zygote)
+        return zygote
+
+    def _drop_zygote(self) -> None:
+        if self.zygote is not None:
+            self.selector.unregister(self.zygote.control)
+            self.zygote.close()
+            self.zygote = None
+
+    def loop(self) -> None:
+        watching_input = False
+        while self.reading or self.runs:
+            if self.waiting and not self.runs:
+                following = self.waiting.pop()
+                self.session = _next_job(self.session, self.job, following)
+                self.job = following
+                gc.freeze()
+                self._drop_zygote()
+                self.zygote_problem = self._ensure_zygote()
+            want_input = self.reading and not self.waiting and len(self.runs) < max(1, self.job.jobs)
+            if want_input != watching_input:
+                if want_input:
+                    self.selector.register(self.stdin, selectors.EVENT_READ, None)
+                else:
+                    self.selector.unregister(self.stdin)
+                watching_input = want_input
+            timeout = 1.0
+            if self.runs:
+                timeout = min(timeout, max(0.0, min(r.next_check() for r in self.runs.values()) - time.monotonic()))
+            for key, _ in self.selector.select(timeout=timeout):
+                if key.data is None:
+                    self.reading = self._next_run()
+                    if not self.reading:
+                        self.selector.unregister(self.stdin)
+                        watching_input = False
+                    break  # the set of runs changed: select again
+                if key.data is self.zygote:
+                    self._from_zygote()
+                else:
+                    self._read(key.data)
+            now = time.monotonic()
+            for run in list(self.runs.values()):
+                run.check(now)
+                if run.over:
+                    self._finish(run)
+        self._drop_zygote()
+
+    def _next_run(self) -> bool:
+        """Read one frame and start its run (or keep the next job). Returns whether more frames may come."""
+        try:
+            message = read_frame(self.stdin)
+        except FrameError as exc:
+            sys.stderr.write(f"the job stream is broken: {exc}\n")
+            return False
+        if message is None or message.get("end"):
+            return False
+        if "job" in message:
+            try:
+                self.waiting.append(JobSettings.from_message(message))
+            except (KeyError, TypeError) as exc:
+                sys.stderr.write(f"the job stream is broken: a job frame is malformed: {exc!r}\n")
+                return False
+            return True
+        try:
+            header = RunHeader.from_message(message)
+        except (KeyError, TypeError) as exc:
+            sys.stderr.write(f"the job stream is broken: a run frame is malformed: {exc!r}\n")
+            return False
+        return self._start(header)
+
+    def _start(self, header: RunHeader) -> bool:
+        """Fork the run's implementation process, wait until it has read its source from stdin,
+        then ask the zygote for its test process. Returns whether stdin can still be read."""
+        job = self.job
+        problem = self.zygote_problem if self.zygote is None else ""
+        if problem or self.zygote is None:
+            _skip(self.stdin, header.source_bytes + header.code_bytes)
+            _write(self.out, _failed_start(job, header, f"the run could not be started: {problem or 'the zygote is gone'}"))
+            return True
+        token = os.urandom(16).hex().encode()
+        tmp = tempfile.mkdtemp(prefix="run-")
+        report_r, report_w = os.pipe()
+        test_end, impl_end = (s.detach() for s in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+        ready_r, ready_w = os.pipe()
+        try:
+            pid = _fork()
+        except OSError as exc:
+            for fd in (report_r, report_w, test_end, impl_end, ready_r, ready_w):
+                os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
+            _skip(self.stdin, header.source_bytes + header.code_bytes)
+            _write(self.out, _failed_start(job, header, f"the run could not be started: {exc}"))
+            return True
+        if pid == 0:  # the implementation process
+            try:
+                for fd in (report_r, report_w, test_end, ready_r):
+                    os.close(fd)
+                _implementation(job, header, impl_end, ready_w, tmp, self.hardening, self.stdin)
+            finally:
+                os._exit(70)
+        os.close(impl_end)
+        os.close(ready_w)
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(ready_r, selectors.EVENT_READ)
+                took = selector.select(timeout=_SOURCE_WAIT) and os.read(ready_r, 1)
+        finally:
+            os.close(ready_r)
+        run = Run(job, header, fd=report_r, token=token, tmp=tmp, impl=pid)
+        os.set_blocking(report_r, False)
+        self.runs[report_r] = run
+        self.selector.register(report_r, selectors.EVENT_READ, run)
+        try:
+            self.zygote.request(report=report_w, boundary=test_end, tmp=tmp, token=token, tests=header.tests)
+            self.asked.append(run)
+        except OSError as exc:
+            run.kill(f"the run could not be started: {exc}")
+        finally:
+            os.close(report_w)
+            os.close(test_end)
+        if not took:
+            # The implementation process died before it read its source: the stream cannot be read any further.
+            sys.stderr.write("a run died before it read its source; no further run can be read\n")
+            run.kill("the run's implementation process died before it read its source")
+            return False
+        return True
+
+    def _from_zygote(self) -> None:
+        message = self.zygote.receive()
+        if message is None:  # the zygote is gone: no run asked of it will start
+            self._drop_zygote()
+            for run in self.asked:
+                run.kill("the run could not be started: the worker's zygote is gone")
+            self.asked.clear()
+            return
+        if "pid" in message or "error" in message:
+            run = self.asked.pop(0) if self.asked else None
+            if run is None:
+                return
+            if isinstance(message.get("pid"), int):
+                self.by_pid[message["pid"]] = run
+                run.started_as(message["pid"])
+            else:
+                run.kill(f"the run could not be started: {str(message.get('error'))[:200]}")
+        elif isinstance(message.get("exited"), int):
+            run = self.by_pid.pop(message["exited"], None)
+            if run is not None:
+                status, cpu = message.get("status"), message.get("cpu")
+                run.ended = (status if isinstance(status, int) else 0, float(cpu) if isinstance(cpu, (int, float)) else 0.0)
+
+    def _read(self, run: Run) -> None:
+        try:
+            chunk = os.read(run.fd, 65536)
+        except BlockingIOError:
+            return
+        if chunk:
+            run.feed(chunk)
+            return
+        # End of file: the test process closed its end (it exited or died).
+        self.selector.unregister(run.fd)
+        os.close(run.fd)
+        run.eof = True
+        if run.pid is None and run not in self.asked:
+            run.ended = (0, 0.0)
+
+    def _finish(self, run: Run) -> None:
+        del self.runs[run.fd]
+        run.kill()  # the implementation process, and anything left of the test process
+        _, _, usage = os.wait4(run.impl, 0)
+        shutil.rmtree(run.tmp, ignore_errors=True)
+        _write(self.out, run.judge(usage.ru_utime + usage.ru_stime))
+
+
+def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tmp: str,
+                    hardening: ChildHardening, stdin: int) -> None:
+    """In the run's implementation process: take the source from stdin, lock down, then serve
+    the test process (or, for a student's own package, hand it the source as data)."""
+    from grader.worker.child import _only_own_descriptors, install_variant
+    from grader.worker.impl import error_message, serve_implementation
+
+    source = read_exact(stdin, header.source_bytes)
+    code = read_exact(stdin, header.code_bytes)
+    os.write(ready, b"1")  # the worker may read stdin again: the source is ours
+    os.close(ready)
+    _only_own_descriptors((fd,), tmp, hardening.settings)
+    hardening.apply()
+    connection = Connection(fd)
+    if len(source) < header.source_bytes or len(code) < header.code_bytes:
+        connection.send({"ok": False, "type": "RuntimeError", "message": "the run's source did not arrive whole"})
+        os._exit(0)
+    if not job.isolate:
+        connection.send({"ok": True}, [np.frombuffer(source, dtype=np.uint8), np.frombuffer(code, dtype=np.uint8)])
+        os._exit(0)
+    try:
+        module = install_variant(source.decode("utf-8", errors="replace"), code)
+    except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, sent as data
+        connection.send(error_message(exc))
+        os._exit(0)
+    del source, code
+    connection.send({"ok": True})
+    serve_implementation(connection, module)
+    os._exit(0)
+
+
+def _skip(fd: int, size: int) -> None:
+    """Read past ``size`` bytes of ``fd`` through one small buffer, wiped afterwards: a source
+    no run took never lies whole in the worker's memory."""
+    buffer = bytearray(4096)
+    left = size
+    while left:
+        got = os.readv(fd, [memoryview(buffer)[: min(left, len(buffer))]])
+        if not got:
+            break
+        left -= got
+    buffer[:] = bytes(len(buffer))
+
+
+def _fork() -> int:
+    # A killed run's processes may hold the process limit for a moment before they are reaped.
+    deadline = time.monotonic() + _FORK_RETRY
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _write(out: Any, result: dict[str, Any]) -> None:
+    out.write(json.dumps(result) + "\n")
+    out.flush()
+
+
+def _failed_start(job: JobSettings, run: RunHeader, why: str) -> dict[str, Any]:
+    return {"run_id": run.run_id, "hash_seed": job.hash_seed, "crashed": why}
+
+
+def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *, stdin: int = 0) -> None:
+    """Run every run that arrives on ``stdin``, writing a result line to ``out`` as each ends;
+    each run's processes apply ``hardening`` to themselves after the fork. A job frame, once the
+    last job's runs have all ended, sets the worker up for the next submission."""
+    hardening = hardening or ChildHardening(settings=WorkerSandbox(), run_timeout=job.run_timeout)
+    _Worker(job, out, hardening, stdin).loop()
+
+def main() -> None:
+    """Entry point of ``python -m grader.worker``."""
+    # Grading is background work: the API, the staff pages and the queue on the same cores go
+    # first (the children that run the tests inherit this).
+    os.nice(max(0, NICENESS - os.nice(0)))
+    # Import what every run needs before the job arrives: a worker started ahead of its job
+    # (grader.runner.WorkerProcess) is then ready the moment the job comes.
+    _import_common()
+    try:
+        message = read_frame(0)
+        if message is None or "job" not in message:
+            raise FrameError("expected the job as the first frame")
+        job = JobSettings.from_message(message)
+    except (FrameError, KeyError, TypeError) as exc:
+        sys.stderr.write(f"the job stream is broken: {exc}\n")
+        sys.exit(3)
+    try:
+        hardening = harden_worker(job.sandbox, memory_bytes=job.memory_bytes, run_timeout=job.run_timeout)
+    except SandboxError as exc:
+        sys.stderr.write(f"{exc}\n")  # the runner reports every run as crashed, with this line
+        sys.exit(3)
+    out = os.fdopen(os.dup(1), "w")
+    serve(job, out, hardening)
+    # Every result is written and flushed; tearing the interpreter down (numpy, pytest) would
+    # only cost CPU that the other worker's runs could use.
+    out.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""A run as the worker watches it: its events, the limits it is held to, and the judgement.
+
+The run's test process is told nothing about the run (see :mod:`grader.worker.child`), so every
+limit that differs between runs is enforced here, from outside, by what the events say:
+
+- collection must end within the collection limit;
+- each test (set-up, call and tear-down together) within its limit: ``time_limits`` where it
+  names the test, the job's ``test_timeout`` elsewhere, at most ``timeout_floor`` once
+  a test of the run has timed out; past it the test is interrupted (SIGALRM, raised in the test
+  as ``TestTimeout``), and killed with its run if it does not stop within :data:`GRACE_S`;
+- the run's CPU time (both processes) within ``cpu_budget``;
+- a run that stops at its first kill is killed when a selected test fails.
+
+The run is then judged from the events alone (a process's exit code decides nothing): tests
+that never reported are ``missing``, or ``timeout`` when the run passed its deadline; tests not
+reached because the run was stopped on purpose are ``not_run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from grader.wire import JobSettings, RunHeader
+
+__all__ = ["GRACE_S", "Run"]
+
+GRACE_S = 2.0  # seconds an interrupted test has to stop before its run is killed
+_MESSAGE_CAP = 2000
+_PIPE_CAP = 4 * 1024 * 1024  # bytes a run may report before it is cut off
+_TICK = os.sysconf("SC_CLK_TCK")
+PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
+    "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
+)
+_OUTCOMES = frozenset((PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN))
+_KILLS = frozenset((FAILED, ERROR, TIMEOUT, MISSING))
+_TAMPERED = (
+    "the run wrote something that is not its own report to its result channel (a forged or "
+    "corrupted report); nothing it reported after that is trusted"
+)
+
+
+class Run:
+    """One run: its two processes (tests, implementation), its report pipe, what it reported
+    so far and which limit, if any, stopped it."""
+
+    def __init__(self, job: JobSettings, header: RunHeader, *, fd: int, token: bytes, tmp: str, impl: int) -> None:
+        self.job = job
+        self.header = header
+        self.fd = fd
+        self.token = token
+        self.tmp = tmp
+        self.impl = impl  # the implementation process (the worker's child)
+        self.pid: int | None = None  # the test process (the zygote's child), once it is known
+        self.started = time.monotonic()
+        self.deadline = self.started + job.run_timeout
+        self.select = set(header.select) if header.select is not None else None
+        self.buffer = bytearray()
+        self.seen = 0
+        self.collected: list[str] | None = None
+        self.results: dict[str, dict[str, Any]] = {}
+        self.errors: list[str] = []
+        self.phases: dict[str, float] = {}
+        self.current: tuple[str, float, float] | None = None  # test, when it began, its limit
+        self.interrupted: dict[str, float] = {}  # test -> the limit it was interrupted at
+        self.lowered = False  # a test timed out: later ones get at most the floor
+        self.stopped = self.done = self.tampered = self.overflow = self.timed_out = False
+        self.budget = ""
+        self.killed_why = ""
+        self.ended: tuple[int, float] | None = None  # the test process's status and CPU time
+        self.eof = False
+        self.kill_pending = False
+
+    # ---------------------------------------------------------------- events
+    def feed(self, chunk: bytes) -> None:
+        """Take what the test process wrote, acting on each complete line."""
+        self.seen += len(chunk)
+        if self.seen > _PIPE_CAP:
+            self.overflow = True
+            self.kill()
+            return
+        self.buffer.extend(chunk)
+        while not self.tampered and (end := self.buffer.find(b"\n")) >= 0:
+            line = bytes(self.buffer[:end])
+            del self.buffer[:end + 1]
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(self.token):
+            # Not the run's reporter: a test wrote to the pipe. Stop believing the run here.
+            self.tampered = True
+            self.kill()
+            return
+        try:
+            event = json.loads(line[len(self.token):])
+        except ValueError:
+            self.errors.append("the run wrote a malformed report line")
+            return
+        if not isinstance(event, dict):
+            return
+        if "collected" in event and self.collected is None:
+            self.collected = [str(i) for i in event["collected"]] if isinstance(event["collected"], list) else []
+        elif "begin" in event:
+            test = str(event["begin"])
+            self.current = (test, time.monotonic(), self._limit(test))
+        elif "end" in event:
+            self.current = None
+        elif "result" in event:
+            self._result(event["result"])
+        elif "collect_error" in event:
+            self.errors.append(str(event["collect_error"])[:_MESSAGE_CAP])
+        elif event.get("stopped") is True:
+            self.stopped = True
+        elif isinstance(event.get("phases"), dict):
+            self.phases = {str(k): float(v) for k, v in event["phases"].items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        elif event.get("done") is True:
+            self.done = True
+
+    def _result(self, value: Any) -> None:
+        result = _checked_result(value)
+        if result is None:
+            self.errors.append("the run wrote a malformed test result")
+            return
+        test = result["test_id"]
+        if test in self.interrupted:
+            limit = self.interrupted[test]
+            result = _result(test, TIMEOUT, f"the test ran past its limit of {limit:g} s{self._why_lowered(test, limit)}",
+                             result["duration"])
+        if test in self.results:
+            return  # the first report of a test stands
+        self.results[test] = result
+        if self.select is not None and test not in self.select:
+            return
+        if self.header.stop_at_first_kill and result["outcome"] in _KILLS:
+            self.stopped = True
+            self.kill()
+        elif self.select is not None and self.select <= self.results.keys():
+            self.stopped = True  # every test asked for has reported: nothing more to learn
+            self.kill()
+
+    # ---------------------------------------------------------------- limits
+    def _limit(self, test: str) -> float:
+        limit = (self.header.time_limits or {}).get(test, self.job.test_timeout)
+        if self.lowered and self.header.timeout_floor is not None:
+            limit = min(limit, self.header.timeout_floor)
+        return limit
+
+    def _why_lowered(self, test: str, limit: float) -> str:
+        usual = (self.header.time_limits or {}).get(test, self.job.test_timeout)
+        return f" (lowered from {usual:g} s: an earlier test of this run timed out)" if limit < usual else ""
+
+    def next_check(self) -> float:
+        """When this run's limits must next be looked at (a monotonic time)."""
+        times = [self.deadline]
+        if self.collected is None:
+            times.append(self.started + self.job.collect_timeout)
+        if self.current is not None:
+            test, began, limit = self.current
+            times.append(began + limit + (GRACE_S if test in self.interrupted else 0.0))
+        if self.header.cpu_budget is not None:
+            times.append(time.monotonic() + 0.25)
+        return min(times)
+
+    def check(self, now: float) -> None:
+        """Enforce the run's limits at ``now``."""
+        if self.killed_why or self.eof:
+            return
+        if now > self.deadline:
+            self.timed_out = True
+            self.kill(f"the run passed its time limit of {self.job.run_timeout:g} s and was killed")
+            return
+        if self.collected is None and now > self.started + self.job.collect_timeout:
+            self.kill(f"collecting the tests ran past its limit of {self.job.collect_timeout:g} s and was stopped")
+            return
+        if self.current is not None:
+            test, began, limit = self.current
+            if test not in self.interrupted and now > began + limit:
+                self.interrupted[test] = limit
+                self.lowered = True
+                self._signal(signal.SIGALRM)
+            elif test in self.interrupted and now > began + limit + GRACE_S:
+                self.results.setdefault(test, _result(
+                    test, TIMEOUT, f"the test ran past its limit of {limit:g} s and did not stop when interrupted"))
+                self.kill(f"{test} ran past its limit of {limit:g} s and did not stop when interrupted; the run was killed")
+                return
+        if self.header.cpu_budget is not None and self.cpu_so_far() > self.header.cpu_budget:
+            self.budget = self.current[0] if self.current else "(collecting the tests)" if self.collected is None else "(between tests)"
+            self.kill()
+
+    def cpu_so_far(self) -> float:
+        """CPU seconds both processes have used so far (from /proc; 0 for one already gone)."""
+        return sum(_cpu_of(pid) for pid in (self.pid, self.impl) if pid is not None)
+
+    def started_as(self, pid: int) -> None:
+        """The zygote forked the test process: ``pid``."""
+        self.pid = pid
+        if self.kill_pending:
+            self.kill()
+
+    def _signal(self, sig: int) -> None:
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self, why: str = "") -> None:
+        """Kill both processes of the run (``why``: the limit that stopped it, if any)."""
+        if why and not self.killed_why:
+            self.killed_why = why
+        self.kill_pending = self.pid is None
+        for pid in (self.pid, self.impl):
+            if pid is None:
+                continue
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    # ---------------------------------------------------------------- judgement
+    @property
+    def over(self) -> bool:
+        """Whether the run has ended: its pipe closed and its test process reaped (or never
+        started)."""
+        return self.eof and (self.ended is not None or self.pid is None)
+
+    def judge(self, impl_cpu: float) -> dict[str, Any]:
+        """The run's result (a SuiteRun's fields) from what the test process reported."""
+        status, cpu = self.ended if self.ended is not None else (0, 0.0)
+        crashed = self.killed_why
+        if self.overflow:
+            crashed = "the run reported more than the output cap and was killed"
+        elif self.tampered:
+            crashed = _TAMPERED
+        elif not crashed and not self.done and not self.budget and not self.stopped:
+            crashed = _describe_status(status) if self.pid is not None else "the run could not be started"
+        final: list[dict[str, Any]] = []
+        for test in self.collected or []:
+            if self.select is not None and test not in self.select:
+                continue
+            if test in self.results:
+                final.append(self.results[test])
+            elif self.timed_out:
+                final.append(_result(test, TIMEOUT, crashed))
+            elif crashed:  # the run died (os._exit, a signal, a limit) before this test reported
+                final.append(_result(test, ERROR, crashed))
+            elif self.stopped or self.budget:  # stopped on purpose before this test
+                final.append(_result(test, NOT_RUN, "not run: the run had stopped"))
+            else:  # the run said it was done, yet never reported this test
+                final.append(_result(test, MISSING, "the test never reported"))
+        return {
+            "run_id": self.header.run_id,
+            "hash_seed": self.job.hash_seed,
+            "results": final,
+            "collection_errors": list(self.errors),
+            "crashed": crashed,
+            "duration": round(time.monotonic() - self.started, 3),
+            "cpu_s": round(cpu + impl_cpu, 3),
+            "stopped_early": self.stopped,
+            "budget_exceeded": self.budget,
+            "phases": self.phases,
+        }
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _result(test_id: str, outcome: str, message: str = "", duration: float = 0.0) -> dict[str, Any]:
+    return {"test_id": test_id, "outcome": outcome, "message": message, "duration": duration}
+
+
+def _checked_result(value: Any) -> dict[str, Any] | None:
+    """A test result as a run reported it, if it is well formed."""
+    if not isinstance(value, dict):
+        return None
+    test_id, outcome = value.get("test_id"), value.get("outcome")
+    message, duration = value.get("message", ""), value.get("duration", 0.0)
+    if not (isinstance(test_id, str) and outcome in _OUTCOMES and isinstance(message, str)):
+        return None
+    if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+        return None
+    return _result(test_id, outcome, message[:_MESSAGE_CAP], float(duration))
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU:
+            return "the run used up its CPU time and was killed (SIGXCPU)"
+        return f"the run was killed by signal {signal.Signals(sig).name} before it finished"
+    if os.WIFEXITED(status):
+        return f"the run exited with status {os.WEXITSTATUS(status)} before it finished"
+    return "the run ended before it finished"

@@ -1,0 +1,597 @@
+"""Hostile suites that tell variants apart by anything but the GRU's outputs: each must kill nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import py_compile
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from grader.assignment import Assignment, Limits
+from grader.grading import grade_suite
+from grader.models import Report
+from grader.paths import default_layout
+from grader.variants import VariantKind, build_variants
+
+LAYOUT = default_layout()
+# allow_invalid_tests: several suites fail a test on purpose, and what the others kill still counts.
+FAST = Assignment(name="test", threshold=0.70, allow_invalid_tests=True,
+                  limits=Limits(test_timeout_s=5.0, run_timeout_s=60.0))
+GRU_FILE = "tinyllm/rnn/gru.py"  # the one file name every variant is compiled under
+
+HEADER = '''
+import math
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import GRU, gru_cell
+'''
+
+HAND = '''
+def test_hand():
+    weights = ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])
+    w = [Tensor(a, dtype=np.float64) for a in weights]
+    h = gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64), *w)
+    assert np.allclose(h.data, [[0.25 * np.tanh(0.75) + 0.375]])
+'''
+
+# What a suite can fingerprint in its own process, as functions of the module under test. The
+# same text runs here, on the reference and each wheat installed as a run installs them, and in
+# the suites: an attacker gets these values from two recon submissions.
+FINGERPRINTS = '''
+import hashlib
+import inspect
+import linecache
+import traceback
+import types
+
+
+def _digest(text):
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _const(value):
+    if isinstance(value, types.CodeType):
+        return _code(value)
+    if isinstance(value, frozenset):  # its order follows the hash seed
+        return repr(sorted(map(repr, value)))
+    return repr(value)
+
+
+def _code(code):
+    return repr((code.co_name, code.co_firstlineno, code.co_code, [_const(c) for c in code.co_consts],
+                 code.co_names, code.co_varnames))
+
+
+def source_lines(module):
+    return _digest("".join(linecache.getlines(module.__file__)))
+
+
+def source_by_format(module):
+    lines = "{0.__globals__[sys].modules[linecache].cache[tinyllm/rnn/gru.py][2]}"
+    return _digest(lines.format(pytest.raises))
+
+
+def source_by_inspect(module):
+    return _digest(inspect.getsource(module))
+
+
+def bytecode(module):
+    parts = []
+    for name, value in sorted(vars(module).items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            parts.append((name, _code(value.__code__)))
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            for attr, member in sorted(vars(value).items()):
+                if isinstance(member, types.FunctionType):
+                    parts.append((name, attr, _code(member.__code__)))
+    return _digest(repr(parts))
+
+
+def bytecode_by_format(module):
+    code = "{0.__globals__[sys].modules[tinyllm.rnn.gru].gru_cell.__code__.co_code}"
+    return _digest(code.format(pytest.raises))
+
+
+def metadata(module):
+    return _digest(repr((module.__file__, module.__name__, module.__package__, sorted(vars(module)))))
+
+
+def _tracebacks(module):
+    """The tracebacks of three calls that every correct implementation refuses."""
+    calls = (
+        lambda: module.GRU(0, 3),
+        lambda: module.gru_cell(np.ones((1, 1)), np.ones((1, 1)), np.ones((2, 1)), np.ones((3, 1)),
+                                np.ones(3), np.ones(3)),
+        lambda: module.GRU(1, 1)(np.ones((2, 1, 1)), lengths=[9]),
+    )
+    found = []
+    for call in calls:
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != module.__file__:
+                tb = tb.tb_next
+            found.append(tb)
+    return found
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def frames(module):
+    return _digest(repr([[(t.tb_frame.f_code.co_name, t.tb_lineno, t.tb_frame.f_code.co_filename,
+                           t.tb_frame.f_code.co_firstlineno) for t in _frames(tb)]
+                         for tb in _tracebacks(module)]))
+
+
+def frame_namespaces(module):
+    return _digest(repr([[(sorted(t.tb_frame.f_globals), sorted(t.tb_frame.f_locals)) for t in _frames(tb)]
+                         for tb in _tracebacks(module)]))
+
+
+def code_by_frame(module):
+    """Every function of the module, reached from the globals of a frame in a traceback."""
+    namespace = types.SimpleNamespace(**_tracebacks(module)[0].tb_frame.f_globals)
+    return bytecode(namespace)
+
+
+def traceback_text(module):
+    return _digest("\\n".join("".join(traceback.format_tb(tb)) for tb in _tracebacks(module)))
+'''
+
+
+# ------------------------------------------------------------------------------ helpers
+def _suite(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _grade(folder: Path) -> Report:
+    return grade_suite(folder, layout=LAYOUT, assignment=FAST, policy=False, audience="staff")
+
+
+def _told_apart(report: Report) -> str:
+    """What the suite killed and with which test, and the status of each of its tests."""
+    kills = [f"{m.id} by {', '.join(m.killed_by)}" for m in report.mutants if m.killed]
+    tests = [f"{t.id}: {t.status.value}" + (f" ({t.reason[:160]})" if t.reason else "")
+             for t in report.tests]
+    return (f"the suite told {report.score.killed} mutant(s) from the reference without their outputs: "
+            + "; ".join(kills) + "\n  its tests: " + "; ".join(tests)
+            + ("\n  problems: " + "; ".join(report.problems) if report.problems else ""))
+
+
+def _assert_kills_nothing(report: Report) -> None:
+    # The probe's validity is not asserted: a run that makes it fail on the reference too (or
+    # on a wheat) tells it nothing, which is as good as making it pass on the mutants.
+    killed = report.score.killed
+    assert killed == 0, _told_apart(report)
+
+
+@contextlib.contextmanager
+def _installed(source: str):
+    """``source`` as the module ``tinyllm.rnn.gru``, its text in linecache, as a run installs it
+    (for the length of the block; what was there before is put back)."""
+    module = types.ModuleType("tinyllm.rnn.gru")
+    module.__file__ = GRU_FILE
+    module.__package__ = "tinyllm.rnn"
+    saved_module, saved_lines = sys.modules.get("tinyllm.rnn.gru"), linecache.cache.get(GRU_FILE)
+    linecache.cache[GRU_FILE] = (len(source), None, source.splitlines(True), GRU_FILE)
+    sys.modules["tinyllm.rnn.gru"] = module
+    try:
+        exec(compile(source, GRU_FILE, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+        yield module
+    finally:
+        if saved_module is not None:
+            sys.modules["tinyllm.rnn.gru"] = saved_module
+        if saved_lines is not None:
+            linecache.cache[GRU_FILE] = saved_lines
+        else:
+            linecache.cache.pop(GRU_FILE, None)
+
+
+@pytest.fixture(scope="module")
+def correct_fingerprints() -> dict[str, set[str]]:
+    """Each fingerprint of :data:`FINGERPRINTS`, over the reference and every wheat."""
+    import numpy as np
+
+    namespace: dict[str, object] = {"np": np, "pytest": pytest}
+    exec(FINGERPRINTS, namespace)  # noqa: S102
+    names = [n for n, v in namespace.items() if isinstance(v, types.FunctionType) and not n.startswith("_")]
+    found: dict[str, set[str]] = {name: set() for name in names}
+    for variant in build_variants(LAYOUT):
+        if variant.kind is VariantKind.MUTANT:
+            continue
+        with _installed(variant.source) as module:
+            for name in names:
+                found[name].add(namespace[name](module))
+    return found
+
+
+RECON = '''
+import hashlib
+import resource
+
+
+def _digest(text):
+    return hashlib.sha256(repr(text).encode()).hexdigest()[:16]
+
+
+def options(request):
+    root = str(request.config.rootpath)
+    return _digest({k: str(v).replace(root, "<tests>")
+                    for k, v in sorted(vars(request.config.option).items())})
+
+
+def arguments(request):
+    root = str(request.config.rootpath)
+    return _digest([str(a).replace(root, "<tests>") for a in request.config.args])
+
+
+def environment(request):
+    volatile = {"PYTHONHASHSEED", "TMPDIR", "PYTEST_CURRENT_TEST"}
+    root = str(request.config.rootpath)
+    return _digest(sorted((k, v.replace(root, "<tests>"))
+                          for k, v in os.environ.items() if k not in volatile))
+
+
+def limits(request):
+    return _digest(sorted((n, resource.getrlimit(getattr(resource, n)))
+                          for n in dir(resource) if n.startswith("RLIMIT_")))
+
+
+def process(request):
+    root = str(request.config.rootpath)
+    handlers = {s.name: getattr(signal.getsignal(s), "__qualname__", repr(signal.getsignal(s)))
+                for s in signal.Signals if s not in (signal.SIGKILL, signal.SIGSTOP)}
+    # Not the uid: each worker runs as a sandbox user of its own, a hash seed by another name.
+    return _digest((sys.argv, os.getcwd().replace(root, "<tests>"), str(sys.flags), os.nice(0),
+                    sorted(os.sched_getaffinity(0)), sorted(os.listdir("/proc/self/fd")),
+                    sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])), handlers))
+'''
+RECONNED = ("options", "arguments", "environment", "limits", "process")
+
+
+@pytest.fixture(scope="module")
+def reference_state(tmp_path_factory) -> dict[str, str]:
+    """What a recon submission learns of the reference's runs: each :data:`RECON` fingerprint,
+    from the message of a test that fails on purpose."""
+    body = "".join(f'''
+
+def test_recon_{name}(request):
+    raise AssertionError("FP {name} " + {name}(request))
+''' for name in RECONNED)
+    folder = _suite(tmp_path_factory.mktemp("recon") / "tests", {"test_recon.py": HEADER + RECON + body})
+    report = _grade(folder)
+    found = {}
+    for test in report.tests:
+        match = re.search(r"FP (\w+) ([0-9a-f]{16})", test.reason)
+        if match:
+            found[match.group(1)] = match.group(2)
+    assert set(found) == set(RECONNED), f"the recon suite's messages did not all come back: {report.tests}"
+    return found
+
+
+# ---------------------------------------------------------------------------- control
+def test_a_behavioural_test_still_kills(tmp_path):
+    """The control: a real test of the outputs kills as before, so a suite's zero below is the
+    grader's doing, not a grading that kills nothing."""
+    report = _grade(_suite(tmp_path / "tests", {"test_hand.py": HEADER + HAND}))
+    killed = {m.id for m in report.mutants if m.killed}
+    assert {"s01", "s02", "s03", "s05"} <= killed, _told_apart(report)
+    assert [t.status.value for t in report.tests] == ["valid"]
+
+
+# ------------------------------------------------------------------ pytest's configuration
+CONFIGURATION = {
+    # Mutant runs report their failures in one line.
+    "traceback_style": {"test_probe.py": HEADER + '''
+def test_probe(request):
+    assert "{0.config.option.tbstyle}".format(request) != "line"
+'''},
+    "every_option_as_on_the_reference": {"test_probe.py": HEADER + RECON + '''
+def test_probe(request):
+    assert options(request) == "{options}"
+'''},
+    "arguments_as_on_the_reference": {"test_probe.py": HEADER + RECON + '''
+def test_probe(request):
+    assert arguments(request) == "{arguments}"
+'''},
+    # test_a passes on the reference and fails on a wheat (its wording), so it is run on the
+    # wheats but not on the mutants: the probe looks for it among the session's items.
+    "the_session_items": {"test_probe.py": HEADER + '''
+def test_a_brittle():
+    with pytest.raises(ValueError, match="must be a positive int"):
+        GRU(0, 3)
+
+
+def test_b_probe(request):
+    assert [item.name for item in request.session.items] == ["test_a_brittle", "test_b_probe"]
+'''},
+}
+
+
+@pytest.mark.parametrize("probe", sorted(CONFIGURATION))
+def test_pytest_configuration_tells_no_variant_apart(probe, tmp_path, reference_state):
+    files = {name: text.replace('"{options}"', repr(reference_state["options"]))
+             .replace('"{arguments}"', repr(reference_state["arguments"]))
+             for name, text in CONFIGURATION[probe].items()}
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", files)))
+
+
+# -------------------------------------------------------------------- string conditions
+CONDITIONS = {
+    # A strict xfail whose condition holds on the mutants only: the test passes, so it XPASSes.
+    "xfail_on_the_traceback_style": '''
+@pytest.mark.xfail("config.option.tbstyle == 'line'", strict=True)
+def test_probe():
+    pass
+''',
+    # A condition that raises on the mutants only: an error in set-up.
+    "skipif_on_the_traceback_style": '''
+@pytest.mark.skipif("config.option.tbstyle == 'line' and 1 / 0")
+def test_probe():
+    pass
+''',
+    "skipif_on_the_run_in_memory": '''
+@pytest.mark.skipif("[o for o in sys.modules['gc'].get_objects() "
+                    "if getattr(type(o), '__name__', '') == 'RunHeader' and o.brief] and 1 / 0")
+def test_probe():
+    pass
+''',
+}
+
+
+@pytest.mark.parametrize("probe", sorted(CONDITIONS))
+def test_string_conditions_tell_no_variant_apart(probe, tmp_path):
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + CONDITIONS[probe]})))
+
+
+# ---------------------------------------------------------------------- sourceless code
+SOURCELESS = {
+    # A helper beside the tests, compiled and its source removed.
+    "helper": ("helper", '''
+def check(request):
+    assert "{0.config.option.tbstyle}".format(request) != "line"
+''', '''
+from helper import check
+
+
+def test_probe(request):
+    check(request)
+'''),
+    # A standard library module shadowed by bytecode: the test itself is innocent.
+    "statistics": ("statistics", '''
+import sys
+
+
+def _brief():
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            option = getattr(getattr(value, "config", None), "option", None)
+            if getattr(option, "tbstyle", None) == "line":
+                return True
+        frame = frame.f_back
+    return False
+
+
+def mean(data):
+    data = list(data)
+    return float("nan") if _brief() else sum(data) / len(data)
+''', '''
+import statistics
+
+
+def test_mean():
+    assert statistics.mean([1.0, 2.0, 3.0]) == 2.0
+'''),
+}
+
+
+@pytest.mark.parametrize("probe", sorted(SOURCELESS))
+def test_sourceless_modules_tell_no_variant_apart(probe, tmp_path):
+    name, module, test = SOURCELESS[probe]
+    folder = _suite(tmp_path / "tests", {f"{name}.py": module, "test_probe.py": HEADER + test})
+    # A sourceless module is found only as NAME.pyc beside where its source would be.
+    py_compile.compile(str(folder / f"{name}.py"), cfile=str(folder / f"{name}.pyc"), doraise=True)
+    (folder / f"{name}.py").unlink()
+    _assert_kills_nothing(_grade(folder))
+
+
+# ------------------------------------------- linecache, code objects, frames and tracebacks
+# Each probe passes iff what it reads of the module under test is what it would read of the
+# reference or of a wheat (the frames: those of errors raised inside the module).
+SOURCE_AND_CODE = ("source_lines", "source_by_format", "source_by_inspect", "bytecode", "bytecode_by_format",
+                   "metadata")
+FRAMES = ("frames", "frame_namespaces", "code_by_frame", "traceback_text")
+
+
+def _fingerprint_suite(folder: Path, name: str, expected: set[str]) -> Path:
+    probe = f'''
+import tinyllm.rnn.gru as gru
+
+CORRECT = {sorted(expected)!r}
+
+
+def test_probe():
+    assert {name}(gru) in CORRECT
+'''
+    return _suite(folder, {"test_probe.py": HEADER + FINGERPRINTS + probe})
+
+
+@pytest.mark.parametrize("probe", SOURCE_AND_CODE)
+def test_source_and_code_tell_no_variant_apart(probe, tmp_path, correct_fingerprints):
+    _assert_kills_nothing(_grade(_fingerprint_suite(tmp_path / "tests", probe, correct_fingerprints[probe])))
+
+
+@pytest.mark.parametrize("probe", FRAMES)
+def test_frames_and_tracebacks_tell_no_variant_apart(probe, tmp_path, correct_fingerprints):
+    _assert_kills_nothing(_grade(_fingerprint_suite(tmp_path / "tests", probe, correct_fingerprints[probe])))
+
+
+# ----------------------------------------------------------- the environment and limits
+ENVIRONMENT = {
+    # A test's time limit: 5 s on the reference; on the wheats ten times its time on the first
+    # reference run in, at least 1 s; on the mutants ten times its slower time on either. The
+    # reference's run under hash seed 2 sleeps 0.4 s (so it also comes in second): the wheats get
+    # the 1 s floor, the mutants 4 s.
+    "time_left_in_the_test": '''
+def test_probe():
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
+    if left > 4.5 and os.environ.get("PYTHONHASHSEED") == "2":
+        time.sleep(0.4)
+    assert left > 4.5 or left < 1.5
+''',
+    # The grading's CPU budget left (300 s by default), which each run is sent with: every run
+    # burns 0.3 s (and a little more to start), and is charged when it comes back. With two
+    # runs at a time the last wheat is sent once four runs are charged, the mutants once six
+    # are; with more at a time every wheat is sent once one is. The threshold: five runs.
+    "cpu_budget_left": '''
+def test_a_probe():
+    assert signal.getitimer(signal.ITIMER_PROF)[0] > 300.0 - 1.6
+
+
+def test_b_burn():
+    start = time.process_time()
+    while time.process_time() - start < 0.3:
+        pass
+''',
+}
+
+
+@pytest.mark.parametrize("probe", sorted(ENVIRONMENT))
+def test_limits_tell_no_variant_apart(probe, tmp_path):
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + ENVIRONMENT[probe]})))
+
+
+def test_the_process_state_tells_no_variant_apart(tmp_path, reference_state):
+    """The environment, the rlimits, argv, the working folder, flags, descriptors, signal
+    handlers: each as on the reference (as a recon submission saw it), and the hash seed."""
+    body = "".join(f'''
+
+def test_{name}(request):
+    assert {name}(request) == {reference_state[name]!r}
+''' for name in ("environment", "limits", "process")) + '''
+
+def test_hash_seed():
+    assert hash("x") % 2 == 0
+'''
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + RECON + body})))
+
+
+# ---------------------------------------------------- objects that carry the run's settings
+RUN_SETTINGS = '''
+def _mutant_settings(objects):
+    for value in objects:
+        try:
+            fields = getattr(value, "__dict__", None)
+        except Exception:  # noqa: BLE001
+            continue
+        if not isinstance(fields, dict):
+            continue
+        if fields.get("stop_at_first_kill") is True or fields.get("brief") is True:
+            return type(value).__name__
+    return None
+'''
+SETTINGS = {
+    "through_the_garbage_collector": '''
+def test_probe():
+    import gc
+
+    assert _mutant_settings(gc.get_objects()) is None
+''',
+    "through_the_plugin_manager": '''
+def test_probe(request):
+    assert _mutant_settings(request.config.pluginmanager.get_plugins()) is None
+''',
+    "up_the_call_stack": '''
+def test_probe():
+    frame, seen = sys._getframe(), []
+    while frame is not None:
+        seen += list(frame.f_locals.values())
+        frame = frame.f_back
+    assert _mutant_settings(seen) is None
+''',
+}
+
+
+@pytest.mark.parametrize("probe", sorted(SETTINGS))
+def test_run_settings_in_memory_tell_no_variant_apart(probe, tmp_path):
+    body = HEADER + RUN_SETTINGS + SETTINGS[probe]
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": body})))
+
+
+# ----------------------------------------------------------------------------- process ids
+# Each worker forks its runs in sequence, the reference first. test_a fails on purpose (so it
+# runs on the reference only) and slows the reference's first-seed run: the wheats then all go
+# to the second-seed worker, as its children 2 to 5; every mutant comes after them there, or
+# after the reference in the other worker.
+STEER = '''
+def test_a_steer():
+    if os.environ.get("PYTHONHASHSEED") == "1":
+        time.sleep(0.5)
+    raise AssertionError("fails on purpose")
+'''
+
+
+def test_process_ids_tell_no_variant_apart(tmp_path):
+    probe = STEER + '''
+
+def test_b_probe():
+    nth = os.getpid() - os.getppid()  # this run's place among its worker's children
+    assert nth == 1 or (os.environ.get("PYTHONHASHSEED") == "2" and nth <= 5)
+'''
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + probe})))
+
+
+def test_what_earlier_runs_left_behind_tells_no_variant_apart(tmp_path):
+    """The same count as above, from marks the earlier runs of a worker left in its
+    temporary folder."""
+    probe = STEER + '''
+
+def test_b_probe():
+    marks = "/tmp/.runs"
+    os.makedirs(marks, exist_ok=True)
+    earlier = len(os.listdir(marks))
+    open(os.path.join(marks, str(time.time())), "w").close()
+    assert earlier == 0 or (os.environ.get("PYTHONHASHSEED") == "2" and earlier <= 4)
+'''
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + probe})))
+
+
+# ---------------------------------------------------------------- time since the staging
+def test_time_since_staging_tells_no_variant_apart(tmp_path):
+    """The mutants run after the reference and every wheat. The probe reads how long ago its
+    file was staged; test_b sleeps 1 s after it in every run (a mutant's run stops at the
+    probe). Measured on two cores (two runs at a time): the reference read 0.2 to 1.0 s, the
+    last wheat 2.1 to 2.2 s later than the reference, the first mutant 3.2 s later. So the
+    threshold tells them apart while the reference reads under about 1 s; past that
+    the wheats fail too, the probe is brittle and the attack earns nothing (it is about timing,
+    not a flaw to rely on). With four or more runs at a time only the mutants that wait for a
+    slot are told apart."""
+    probe = '''
+def test_a_probe():
+    assert time.time() - os.stat(__file__).st_ctime < 3.2
+
+
+def test_b_sleep():
+    time.sleep(1.0)
+'''
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + probe})))
