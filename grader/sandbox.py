@@ -11,8 +11,9 @@ worker is started here, in layers:
   holding a copy of the submission's test files; a minimal explicit environment with one
   BLAS thread; the worker's output read with a byte cap and a wall-clock timeout;
 * where available (mode ``strict`` refuses to run without them): seccomp filters (in the
-  worker, no internet, netlink or packet sockets, no ptrace, ``process_vm_*``, mount, unshare,
-  bpf, io_uring, keyctl, perf_event_open; in each child, an allow-list of the system calls a
+  worker, no internet, netlink or packet sockets, no ptrace, ``process_vm_*``, unshare, no
+  namespace but those a run's test process is born in, bpf, io_uring, keyctl, perf_event_open;
+  in each child, an allow-list of the system calls a
   test run needs, :data:`CHILD_SYSCALLS`, everything else refused with EPERM: no new
   processes, no signals to anything but itself) and bubblewrap (new pid, net, ipc, uts and
   mount namespaces; the system read-only; only the interpreter, the worker's code, the package
@@ -562,11 +563,14 @@ _ATTR_TSYNC = 4  # SCMP_FLTATR_CTL_TSYNC: the filter covers every thread of the 
 _CLONE_THREAD = 0x00010000
 _CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 _LOW32 = 0xFFFFFFFF
+# The namespaces a run's test process is born in (grader.worker.zygote): the worker may make
+# them (and mount in them, which needs them), never its children.
+_RUN_NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000
 
 # No grading run needs these; each is a way out of the sandbox, into another process or into
 # a large attack surface of the kernel.
 _DENIED_IN_WORKER = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root",
+    "ptrace", "process_vm_readv", "process_vm_writev", "umount2", "pivot_root",
     "chroot", "unshare", "setns", "bpf", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd", "open_tree",
     "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "kexec_load",
@@ -635,7 +639,10 @@ _FCNTL_COMMANDS = (0, 1, 2, 3, 4, 5, 6, 7, 9, 11, 16, 36, 37, 38, 1025, 1030, 10
 _IOCTL_REQUESTS = (0x5401, 0x5413, 0x540F, 0x541B, 0x5421, 0x5450, 0x5451)  # TCGETS, TIOCGWINSZ, ...
 _PRCTL_OPTIONS = (2, 3, 15, 16, 21, 23, 30, 39, 0x53564D41)  # PR_GET_PDEATHSIG, ..., PR_SET_VMA
 # In a child, running the tests: no new process, no new program, no new session or group.
-_DENIED_IN_CHILD = ("fork", "vfork", "execve", "execveat", "setsid", "setpgid", "pidfd_open", "pidfd_send_signal")
+_DENIED_IN_CHILD = (
+    "fork", "vfork", "execve", "execveat", "setsid", "setpgid", "pidfd_open", "pidfd_send_signal",
+    "mount",  # the worker may mount in a run's own namespaces; a child never
+)
 # Calls that reach another process by pid (argument index of the pid): only the child itself.
 _OWN_PID_ONLY = (("kill", 0), ("tkill", 0), ("tgkill", 0), ("rt_sigqueueinfo", 0), ("rt_tgsigqueueinfo", 0))
 # Calls where pid 0 means "myself": any other pid (the worker, a sibling) is refused.
@@ -723,7 +730,8 @@ def _worker_filter(lib: ctypes.CDLL) -> _Filter:
         rules.deny(name)
     rules.deny("socket", (0, _CMP_NE, _AF_UNIX, 0))  # AF_UNIX only: no internet, netlink, packet
     for flag in _CLONE_NAMESPACES:
-        rules.deny("clone", (0, _CMP_MASKED_EQ, flag, flag))
+        if not flag & _RUN_NAMESPACES:
+            rules.deny("clone", (0, _CMP_MASKED_EQ, flag, flag))
     rules.deny("clone3", code=errno.ENOSYS)  # its flags sit in memory a filter cannot read; libc falls back to clone
     rules.deny("ioctl", (1, _CMP_MASKED_EQ, _LOW32, _TIOCSTI))
     return rules
@@ -768,6 +776,8 @@ def _child_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
     for name in _DENIED_IN_CHILD:
         rules.deny(name)
     rules.deny("clone", (0, _CMP_MASKED_EQ, _CLONE_THREAD, 0))  # threads yes, processes no
+    for flag in _CLONE_NAMESPACES:
+        rules.deny("clone", (0, _CMP_MASKED_EQ, flag, flag))  # and no namespaces
     for name, arg in _OWN_PID_ONLY:
         rules.deny(name, (arg, _CMP_NE, pid, 0))
     for name, arg in _SELF_ZERO_ONLY:
@@ -874,7 +884,7 @@ def _probe_seccomp(describe: bool = True) -> tuple[bool, str]:
         )
     return True, (
         f"libseccomp {version.major}.{version.minor}.{version.micro} (API level {level}): in the worker no "
-        "internet, netlink or packet sockets, ptrace, process_vm_*, mount, unshare, bpf, io_uring, keyctl, "
+        "internet, netlink or packet sockets, ptrace, process_vm_*, unshare, bpf, io_uring, keyctl, "
         f"perf_event_open; {children}"
     )
 
@@ -1387,7 +1397,7 @@ def start_worker(
     if mode is SandboxMode.NONE:
         process = _popen(command, env=dict(env), cwd=tests_dir or Path("/"))
         return SandboxedWorker(
-            process, tests=tests_dir or Path("/"), hardening=WorkerSandbox(), limits=limits,
+            process, tests=tests_dir or Path("/"), hardening=WorkerSandbox(tmp_bytes=limits.tmp_bytes), limits=limits,
             layers=(Layer.SESSION, Layer.OUTPUT),
         )
     status = status or check_mode(mode)
@@ -1397,6 +1407,7 @@ def start_worker(
         open_files=limits.open_files,
         processes=limits.processes,
         seccomp=status.active(Layer.SECCOMP),
+        tmp_bytes=limits.tmp_bytes,
     )
     layers = tuple(layer for layer in Layer if status.active(layer))
     claim = _claim_user(sandbox_users(), limits.claim_timeout)

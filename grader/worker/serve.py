@@ -47,9 +47,9 @@ import numpy as np
 from grader.sandbox import ChildHardening, SandboxError, harden_worker
 from grader.wire import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
 from grader.worker.boundary import Connection
-from grader.worker.child import TestSession, short_message
+from grader.worker.child import TestSession
 from grader.worker.watch import Run
-from grader.worker.zygote import Zygote
+from grader.worker.zygote import Zygote, private_view
 
 __all__ = ["NICENESS", "main", "serve"]
 
@@ -186,7 +186,7 @@ class _Worker:
         self.selector = selectors.DefaultSelector()
         self.zygote: Zygote | None = None
         self.zygote_problem = self._ensure_zygote()  # before any run is read: it must never hold one
-        self.runs: dict[int, Run] = {}  # by report pipe
+        self.runs: list[Run] = []  # a run's report pipe is closed (and its number reused) before it ends
         self.asked: list[Run] = []  # runs whose test process the zygote has not reported yet
         self.by_pid: dict[int, Run] = {}  # by test process
         self.waiting: list[JobSettings] = []  # the next job, once every run of this one has ended
@@ -208,7 +208,9 @@ class _Worker:
             session.run(report=report, boundary=boundary, tmp=tmp, token=token, tests=tests,
                         isolate=isolate, hardening=hardening)
 
-        zygote = Zygote.start(start_run)
+        tests, tmp_bytes, uid, gid = self.job.tests, hardening.settings.tmp_bytes, os.getuid(), os.getgid()
+        keep = (self.job.reference,)
+        zygote = Zygote.start(start_run, lambda: private_view(tests, tmp_bytes, uid, gid, keep))
         self.selector.register(zygote.control, selectors.EVENT_READ, zygote)
         return zygote
 
@@ -237,7 +239,7 @@ class _Worker:
                 watching_input = want_input
             timeout = 1.0
             if self.runs:
-                timeout = min(timeout, max(0.0, min(r.next_check() for r in self.runs.values()) - time.monotonic()))
+                timeout = min(timeout, max(0.0, min(r.next_check() for r in self.runs) - time.monotonic()))
             for key, _ in self.selector.select(timeout=timeout):
                 if key.data is None:
                     self.reading = self._next_run()
@@ -250,7 +252,7 @@ class _Worker:
                 else:
                     self._read(key.data)
             now = time.monotonic()
-            for run in list(self.runs.values()):
+            for run in list(self.runs):
                 run.check(now)
                 if run.over:
                     self._finish(run)
@@ -319,7 +321,7 @@ class _Worker:
             os.close(ready_r)
         run = Run(job, header, fd=report_r, token=token, tmp=tmp, impl=pid)
         os.set_blocking(report_r, False)
-        self.runs[report_r] = run
+        self.runs.append(run)
         self.selector.register(report_r, selectors.EVENT_READ, run)
         try:
             self.zygote.request(report=report_w, boundary=test_end, tmp=tmp, token=token, tests=header.tests)
@@ -375,7 +377,7 @@ class _Worker:
             run.ended = (0, 0.0)
 
     def _finish(self, run: Run) -> None:
-        del self.runs[run.fd]
+        self.runs.remove(run)
         run.kill()  # the implementation process, and anything left of the test process
         _, _, usage = os.wait4(run.impl, 0)
         shutil.rmtree(run.tmp, ignore_errors=True)

@@ -1,5 +1,11 @@
 """The zygote: forks every run's test process from one memory that knows nothing of any run.
 
+Each test process is also born in namespaces of its own, where the kernel allows unprivileged
+ones (:func:`isolated_fork`): a user namespace, a pid namespace in which it is pid 1 (so its
+pid does not count the runs before it), and a mount namespace in which ``/proc`` is empty, ``/tmp``
+is a new empty file system, and the tests are a fresh copy (so no file tells how long ago the
+submission was staged, and nothing an earlier run left in ``/tmp`` is there).
+
 The worker reads each run's frame (which variant kind, which tests, which limits) and so holds
 what a run must not learn. The zygote is forked from the worker once the job is set up and
 before any run is read; from then on it only forks: each request carries the new process's two
@@ -16,6 +22,8 @@ Messages on the control socket (SOCK_SEQPACKET, one message each):
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import selectors
@@ -24,10 +32,114 @@ import socket
 import time
 from typing import Any, Callable
 
-__all__ = ["Zygote"]
+__all__ = ["PRIVATE_TMP", "Zygote", "isolated_fork", "private_view"]
 
 _MESSAGE = 64 * 1024
 _FORK_RETRY = 2.0  # seconds to wait for the process limit to free a slot for the next run
+PRIVATE_TMP = "/tmp"  # a test process's temporary folder, in its own mount namespace
+
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+NAMESPACES = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 4096, 1 << 14, 1 << 18
+# Refusals that mean "no unprivileged namespaces here" (a plain fork is used instead).
+_NO_NAMESPACES = (errno.EPERM, errno.EINVAL, errno.ENOSPC, errno.EUSERS, errno.ENOSYS, errno.EACCES)
+
+
+def isolated_fork() -> int:
+    """``fork()``, with the child in new user, pid and mount namespaces (it is pid 1 of its own).
+
+    The interpreter's own fork hooks run around the system call, as ``os.fork`` runs them.
+
+    Raises:
+        OSError: if the kernel refuses (no unprivileged namespaces, an unknown architecture).
+    """
+    number = _SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no clone system call number known for {os.uname().machine}")
+    api = ctypes.pythonapi
+    api.PyOS_BeforeFork()
+    # PyDLL: the call keeps the interpreter's lock, as os.fork does around its fork.
+    pid = ctypes.PyDLL(None, use_errno=True).syscall(
+        ctypes.c_long(number), ctypes.c_ulong(NAMESPACES | signal.SIGCHLD), ctypes.c_ulong(0),
+        ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
+    )
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    code = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(code, os.strerror(code))
+    return pid
+
+
+def _mount(source: str | None, target: str, kind: str | None, flags: int, options: str | None = None) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    encode = lambda text: None if text is None else text.encode()  # noqa: E731
+    if libc.mount(encode(source), encode(target), encode(kind), ctypes.c_ulong(flags), encode(options)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"mount {kind or 'bind'} on {target}: {os.strerror(code)}")
+
+
+def private_view(tests: str, tmp_bytes: int, uid: int, gid: int, keep: tuple[str, ...] = ()) -> None:
+    """In a test process born by :func:`isolated_fork`: its own uid and gid mapped to themselves
+    (so it can create files), a new ``/tmp`` (each folder of ``keep`` under it bound back in
+    place: the package under test may live there), a fresh copy of the tests at their own path
+    (read before the copy's file system hides them), then an empty ``/proc``.
+
+    Raises:
+        OSError: if a mapping or a mount is refused.
+    """
+    from grader.sandbox import _libc_prctl
+
+    # A non-dumpable process's /proc files are root's: dumpable just long enough to write its
+    # own maps (it holds nothing of any run yet), then not again.
+    _libc_prctl(4, 1)  # PR_SET_DUMPABLE
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
+    finally:
+        _libc_prctl(4, 0)
+    files = _read_tree(tests)
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep if _under(path, PRIVATE_TMP)]
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount("none", PRIVATE_TMP, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmp_bytes},mode=1777")
+    for path, fd in kept:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+        os.close(fd)
+    os.makedirs(tests, mode=0o755, exist_ok=True)  # tests staged under /tmp are hidden by now
+    size = max(1 << 20, sum(len(data or b"") for _, data in files) * 2 + (1 << 20))
+    _mount("none", tests, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size},mode=755")
+    for rel, data in files:
+        target = os.path.normpath(os.path.join(tests, rel))
+        if data is None:
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        else:
+            with open(target, "wb") as handle:
+                handle.write(data)
+    _mount("none", "/proc", "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=555")
+
+
+def _under(path: str, folder: str) -> bool:
+    return os.path.commonpath([os.path.abspath(path), folder]) == folder
+
+
+def _read_tree(root: str) -> list[tuple[str, bytes | None]]:
+    """Every folder (None) and regular file (its bytes) under ``root``, links left out."""
+    files: list[tuple[str, bytes | None]] = []
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
+        rel = os.path.relpath(folder, root)
+        files.append((rel, None))
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if not os.path.islink(path) and os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    files.append((os.path.join(rel, name), handle.read()))
+    return files
 
 
 class Zygote:
@@ -38,15 +150,16 @@ class Zygote:
         self.control = control
 
     @classmethod
-    def start(cls, start_run: Callable[[int, int, str, bytes, str | None], None]) -> Zygote:
+    def start(cls, start_run: Callable[[int, int, str, bytes, str | None], None], view: Callable[[], None]) -> Zygote:
         """Fork the zygote; ``start_run(report, boundary, tmp, token, tests)`` is what each of
-        its children does (it never returns)."""
+        its children does (it never returns), after ``view()`` where the child has namespaces of
+        its own (:func:`private_view` for the job's tests)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             try:
                 ours.close()
-                _serve(theirs, start_run)
+                _serve(theirs, start_run, view)
             finally:
                 os._exit(0)
         theirs.close()
@@ -84,7 +197,26 @@ class Zygote:
             pass
 
 
-def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, str | None], None]) -> None:
+def _namespaces_work(view: Callable[[], None]) -> bool:
+    """Whether a child can be born in namespaces of its own and set its view up there."""
+    try:
+        pid = isolated_fork()
+    except OSError as exc:
+        if exc.errno in _NO_NAMESPACES:
+            return False
+        raise
+    if pid == 0:
+        try:
+            view()
+        except BaseException:  # noqa: BLE001 - any failure means: not here
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, str | None], None],
+           view: Callable[[], None]) -> None:
     """The zygote's loop: fork on each request, report each child's end; leave when the worker
     closes its end."""
     from grader.sandbox import _libc_prctl
@@ -93,6 +225,7 @@ def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, st
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the job stream is the worker's alone
     os.close(devnull)
+    isolated = _namespaces_work(view)
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, None)
     children: dict[int, int] = {}  # pidfd -> pid
@@ -105,7 +238,7 @@ def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, st
                     return
                 if not body:
                     return
-                _fork(control, body, fds, selector, children, start_run)
+                _fork(control, body, fds, selector, children, start_run, view if isolated else None)
             else:
                 pidfd = key.fd
                 pid = children.pop(pidfd)
@@ -116,7 +249,8 @@ def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, st
 
 
 def _fork(control: socket.socket, body: bytes, fds: list[int], selector: selectors.BaseSelector,
-          children: dict[int, int], start_run: Callable[[int, int, str, bytes, str | None], None]) -> None:
+          children: dict[int, int], start_run: Callable[[int, int, str, bytes, str | None], None],
+          view: Callable[[], None] | None) -> None:
     try:
         request = json.loads(body)
         report, boundary = fds
@@ -129,7 +263,7 @@ def _fork(control: socket.socket, body: bytes, fds: list[int], selector: selecto
     deadline = time.monotonic() + _FORK_RETRY
     while True:
         try:
-            pid = os.fork()
+            pid = isolated_fork() if view is not None else os.fork()
             break
         except BlockingIOError:  # a killed run's processes may hold the process limit a moment
             if time.monotonic() > deadline:
@@ -141,6 +275,9 @@ def _fork(control: socket.socket, body: bytes, fds: list[int], selector: selecto
     if pid == 0:
         try:
             control.close()
+            if view is not None:
+                view()
+                tmp = PRIVATE_TMP
             start_run(report, boundary, tmp, token, tests if isinstance(tests, str) else None)
         finally:
             os._exit(70)
