@@ -77,7 +77,8 @@ def _longrepr_message(text: str) -> str:
 
 
 class Reporter:
-    """A pytest plugin that writes each event as a JSON line to the run's report pipe.
+    """A pytest plugin that writes each event as a JSON line to the run's report socket, and
+    after each test waits there for the worker's word to go on.
 
     Registered once, when the worker configures pytest; the test process sets ``fd`` and
     ``token`` (which starts each of its lines: a line without it was not written here) after
@@ -113,6 +114,10 @@ class Reporter:
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         self.send(end=self._id(nodeid))
+        # Wait for the worker's word before the next test, in every run alike: a run the worker
+        # stops (a mutant's first kill) does no work past the test that decided it.
+        if self.fd is not None and not os.read(self.fd, 1):
+            os._exit(0)  # the worker has closed the run
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:

@@ -108,6 +108,11 @@ class Run:
             self.current = (test, time.monotonic(), self._limit(test))
         elif "end" in event:
             self.current = None
+            if not self.killed_why and not self.stopped and not self.kill_pending:
+                try:
+                    os.write(self.fd, b"g")  # the next test may begin
+                except OSError:
+                    pass
         elif "result" in event:
             self._result(event["result"])
         elif "collect_error" in event:

@@ -111,6 +111,51 @@ def test_a_forged_green_outcome_is_caught_on_replay(repo):
     assert any("entry 6 (green): test test_gru.py::test_hand_example_gradient_with_respect_to_h: failed" in p for p in problems)
 
 
+TAMPER = """
+
+# Appended by a forger: at import, replace whatever judges the replay with a verdict of "passed".
+import sys as _sys
+
+
+def _all_passed(*args, **kwargs):
+    return {"results": [], "passed": True}
+
+
+for _name, _module in list(_sys.modules.items()):
+    if _name.startswith("grader"):
+        for _attr in list(vars(_module)):
+            if any(word in _attr.lower() for word in ("judge", "checked_result", "replay", "verify", "outcome")):
+                try:
+                    setattr(_module, _attr, _all_passed)
+                except Exception:
+                    pass
+        for _cls in [v for v in vars(_module).values() if isinstance(v, type)]:
+            for _attr in list(vars(_cls)):
+                if "judge" in _attr.lower():
+                    setattr(_cls, _attr, _all_passed)
+"""
+
+
+@pytest.mark.parametrize("where", ["tinyllm/rnn/__init__.py", "tinyllm/rnn/gru.py"])
+def test_a_recorded_implementation_that_tampers_with_replay_is_caught(repo, where):
+    """The recorded implementation (the package's other modules included) is imported only in
+    the run's own process, never in the worker that judges it: whatever it replaces there, the
+    worker judges the run from its events."""
+    def forge(entries):
+        impl = dict(entries[4]["impl"])  # green 6 with the red's (buggy) code ...
+        tampered = (repo / ".tdd" / "blobs" / impl[where]).read_bytes() + TAMPER.encode()
+        digest = sha256_bytes(tampered)
+        (repo / ".tdd" / "blobs" / digest).write_bytes(tampered)
+        entries[5]["impl"] = {**impl, where: digest}  # ... and code that tampers with the replay
+        return entries
+
+    rewrite(repo, forge)
+    summary = verify(repo)
+    assert not summary.ok
+    assert any("entry 6 (green): test test_gru.py::test_hand_example_gradient_with_respect_to_h: failed" in p
+               for p in summary.problems), summary.problems
+
+
 def test_a_green_whose_tests_differ_from_its_red_is_caught(repo):
     def forge(entries):
         entries[3]["tests"] = dict(entries[1]["tests"])  # green 4 keeps green 2's tests
