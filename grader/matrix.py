@@ -1,13 +1,19 @@
 """A grading's runs: the staged protocol over two workers, and the pool that keeps them warm.
 
 :func:`run_matrix` grades in stages, so that a broken or hostile suite costs little: the
-reference first (twice, under two hash seeds, in two workers at once); then the wheats, as soon
-as the first reference run is in and only with the tests that passed it; then, once both
-reference runs and every wheat are in, the mutants, only with the tests that passed all of
-them, each under a time limit derived from the test's time on the reference, and each mutant's
-run stopping at its first kill (unless the full matrix is asked for). A kill by a time-out, or
+reference first (twice, under two hash seeds, in two workers at once); then, as soon as the
+first reference run is in, the wheats and the mutants together, in a random order, counting only
+the tests that passed it, each under a time limit derived from the test's time on the reference,
+and each mutant's run stopping at its first kill (unless the full matrix is asked for). A test
+that could tell how far the grading has gone (by the clock, say) learns nothing from it: a wheat
+is as likely as a mutant to come late. The mutants' results are weighed once both reference runs
+and every wheat are in: a mutant whose run stopped at a test that turned out not to be valid
+carries on with the valid tests it had not reached. A kill by a time-out, or
 by a run that died, is confirmed by running that test again; a failed assertion is not (the
-second reference run already guards against chance). A CPU budget bounds the whole grading.
+second reference run already guards against chance). The confirming and continuing runs come
+late and are all mutants', so the reference is run again among them now and then, at random
+(:data:`RECHECK_EVERY`): a test that fails late fails there too, and is not valid. A CPU budget
+bounds the whole grading.
 After the reference, runs go to whichever worker is free, never more at once than ``jobs``.
 :class:`WorkerPool` keeps the two workers for one grading after another.
 """
@@ -15,6 +21,7 @@ After the reference, runs go to whichever worker is free, never more at once tha
 from __future__ import annotations
 
 import queue
+import random
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +34,10 @@ from grader.runner import RunLimits, WorkerProcess, _Result, _silence_limit, clo
 from grader.sandbox import SandboxMode
 from grader.variants import Variant, VariantKind
 
-__all__ = ["BudgetStop", "Matrix", "WorkerPool", "run_matrix"]
+__all__ = ["RECHECK", "RECHECK_EVERY", "BudgetStop", "Matrix", "WorkerPool", "run_matrix"]
+
+RECHECK = 4  # the attempt number of a run of the reference made again late in a grading
+RECHECK_EVERY = 3  # about one such run for every this many confirming or continuing runs
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class Matrix:
 
     first: dict[str, SuiteRun]
     second: dict[str, SuiteRun]
+    rechecks: tuple[SuiteRun, ...] = ()  # the reference run again among the late runs
     budget_stop: BudgetStop | None = None
     cpu_s: float = 0.0
     runs: int = 0  # suite runs made (confirmations and continuations included)
@@ -168,7 +179,12 @@ class _MatrixRun:
         self.pending: deque[WorkerRun] = deque()  # decided, waiting for a free slot
         self.busy: dict[WorkerProcess, int] = {}  # runs in flight, by worker
         self.ready: set[WorkerProcess] = set()  # the workers that have reported a run: set up and waiting
-        self.valid: list[str] = []  # ... and on every wheat: the tests the mutants are run with
+        self.valid: list[str] = []  # ... and on every wheat: the tests a mutant's kill counts by
+        self.settled = False  # both reference runs and every wheat are in: self.valid is known
+        self.held: list[SuiteRun] = []  # mutants' first runs that came in before that
+        self.rechecks: list[SuiteRun] = []
+        self.late = 0  # confirming and continuing runs sent
+        self.chance = random.SystemRandom()
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
         # Two workers under two hash seeds, each running the reference at once, so that a test
         # whose result depends on the hash seed shows up as flaky; then both run what follows.
@@ -255,56 +271,77 @@ class _MatrixRun:
             self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source))
         references: dict[int, SuiteRun] = {}  # by hash seed
         waiting_wheats: set[str] | None = None  # None: not sent yet
-        mutants_sent = False
         while self.in_flight or (self.pending and self.stop is None):
             item = self._wait()
             run = item.run
             if self.stop is not None:
                 self._keep(run, item.worker, reference.id)
                 continue
-            if run.variant == reference.id and run.attempt == 1 and item.worker.hash_seed not in references:
+            if run.variant == reference.id and run.attempt == RECHECK:
+                self.rechecks.append(run)
+            elif run.variant == reference.id and run.attempt == 1 and item.worker.hash_seed not in references:
                 references[item.worker.hash_seed] = run
                 (self.second if item.worker is self.seed_two else self.first)[reference.id] = run
                 if waiting_wheats is None:
-                    # The first reference run in: the wheats need not wait for the other, and
-                    # run with the tests that passed it (one failing under the other hash seed
-                    # is flaky, and counts for nothing either way).
-                    waiting_wheats = set()
-                    passing = _passed(run)
-                    if passing:
-                        limits = _time_limits([run], passing, self.limits)
-                        for wheat in wheats:
-                            self._send(WorkerRun(variant=wheat.id, source=wheat.source, select=passing,
-                                                 time_limits=limits))
-                            waiting_wheats.add(wheat.id)
+                    # The first reference run in: the wheats and the mutants need not wait for
+                    # the other, and count the tests that passed it (one failing under the
+                    # other hash seed is flaky, and counts for nothing either way).
+                    waiting_wheats = self._send_the_rest(run, wheats, mutants)
             elif waiting_wheats is not None and run.variant in waiting_wheats:
                 waiting_wheats.discard(run.variant)
                 self.first[run.variant] = run
+            elif not self.settled and run.attempt == 1:
+                self.held.append(run)
             else:
                 self._mutant_result(run)
-            if len(references) == 2 and waiting_wheats == set() and not mutants_sent:
-                mutants_sent = True
-                self._send_mutants(list(references.values()), wheats, mutants)
+            if not self.settled and len(references) == 2 and waiting_wheats == set():
+                self._settle(list(references.values()), wheats)
             self._dispatch()
         self.release()
         return self._matrix(wheats, mutants)
 
-    def _send_mutants(self, references: list[SuiteRun], wheats: list[Variant], mutants: list[Variant]) -> None:
-        """Both reference runs and every wheat are in: run the mutants with the tests that
-        passed all of them, each under a limit from the test's slower time on the reference."""
+    def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> set[str]:
+        """Send every wheat and mutant at once, in a random order, counting the tests that
+        passed the first reference run; returns the wheats sent."""
+        passing = _passed(first)
+        if not passing:
+            return set()
+        limits = _time_limits([first], passing, self.limits)
+        runs = [WorkerRun(variant=w.id, source=w.source, select=passing, time_limits=limits) for w in wheats]
+        runs += [WorkerRun(variant=m.id, source=m.source, select=passing, time_limits=limits,
+                           stop_at_first_kill=not self.full_matrix) for m in mutants]
+        self.chance.shuffle(runs)
+        for run in runs:
+            self._send(run)
+        return {w.id for w in wheats}
+
+    def _settle(self, references: list[SuiteRun], wheats: list[Variant]) -> None:
+        """Both reference runs and every wheat are in: the valid tests are known, and the
+        mutants' runs that came in meanwhile are weighed."""
         both = set(_passed(references[0])) & set(_passed(references[1]))
         self.valid = [t for t in self.first["reference"].test_ids
                       if t in both and all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
         self.time_limits = _time_limits(references, self.valid, self.limits)
-        if self.valid:
-            for mutant in mutants:
-                self._send(WorkerRun(
-                    variant=mutant.id, source=mutant.source, select=self.valid,
-                    time_limits=self.time_limits, stop_at_first_kill=not self.full_matrix,
-                ))
+        self.settled = True
+        held, self.held = self.held, []
+        for run in held:
+            self._mutant_result(run)
+
+    def _send_late(self, run: WorkerRun) -> None:
+        """A confirming or continuing run (all mutants'): now and then the reference goes
+        with it, at random, so that coming late says nothing about the variant."""
+        self.late += 1
+        recheck = self.chance.randrange(RECHECK_EVERY) == 0 or self.late == 2
+        reference = next(v for v in self.variants.values() if v.kind is VariantKind.REFERENCE)
+        again = WorkerRun(variant=reference.id, source=reference.source, attempt=RECHECK, time_limits=self.time_limits)
+        for item in ([run, again] if self.chance.random() < 0.5 else [again, run]) if recheck else [run]:
+            self._send(item)
 
     def _keep(self, run: SuiteRun, worker: WorkerProcess, reference: str) -> None:
         """After the budget ran out: keep what came back, as it is."""
+        if run.attempt == RECHECK:
+            self.rechecks.append(run)
+            return
         second = run.attempt == 2 or (run.variant == reference and worker is self.seed_two)
         (self.second if second else self.first).setdefault(run.variant, run)
 
@@ -319,20 +356,29 @@ class _MatrixRun:
                     and r.test_id in self.valid]
             if unconfirmed and len(unconfirmed) == len([r for r in first.results if r.outcome.kills]) and rest:
                 # Its only kill did not hold up: carry on with the tests it stopped before.
-                self._send(WorkerRun(
-                    variant=variant.id, source=variant.source, select=rest, attempt=3,
-                    time_limits=self.time_limits, stop_at_first_kill=not self.full_matrix,
-                ))
+                self._carry_on(variant, rest)
             return
         if run.attempt == 3:  # a continuation of the first run
-            run = _merge(self.first[run.variant], run.model_copy(update={"attempt": 1}))
+            run = _merge(self.first[run.variant], self._explain(run).model_copy(update={"attempt": 1}))
         else:
             run = self._explain(run)
         self.first[run.variant] = run
-        doubtful = [r.test_id for r in run.results if r.outcome.kills and _needs_confirmation(run, r.test_id)]
+        killed = [r.test_id for r in run.results if r.outcome.kills]
+        rest = [r.test_id for r in run.results if r.outcome is Outcome.NOT_RUN and r.test_id in self.valid]
+        if run.stopped_early and not killed and rest:
+            # It stopped at a test that turned out not to be valid: carry on with the rest.
+            self._carry_on(variant, rest)
+            return
+        doubtful = [t for t in killed if _needs_confirmation(run, t)]
         if doubtful:
-            self._send(WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
-                                 time_limits=self.time_limits, attempt=2))
+            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
+                                      time_limits=self.time_limits, attempt=2))
+
+    def _carry_on(self, variant: Variant, rest: list[str]) -> None:
+        self._send_late(WorkerRun(
+            variant=variant.id, source=variant.source, select=rest, attempt=3,
+            time_limits=self.time_limits, stop_at_first_kill=not self.full_matrix,
+        ))
 
     def _explain(self, run: SuiteRun, kind: VariantKind = VariantKind.MUTANT) -> SuiteRun:
         """A wheat's or mutant's run with every test of the suite, each one not run saying why.
@@ -341,8 +387,10 @@ class _MatrixRun:
         cell says so whether or not this run had it: the wheats start with the tests that
         passed the first reference run in, so whether a hash-seed-dependent test ran on a wheat
         (and under which worker's seed) depends on timing, and the report must not."""
+        counted = set(self.valid) if kind is VariantKind.MUTANT and self.settled else None
         results = tuple(r for r in run.results
-                        if r.outcome is not Outcome.NOT_RUN and self._reference_reason(r.test_id) is None)
+                        if r.outcome is not Outcome.NOT_RUN and self._reference_reason(r.test_id) is None
+                        and (counted is None or r.test_id in counted))
         return _fill(run.model_copy(update={"results": results}), self.first["reference"].test_ids,
                      lambda test_id: self._why_not_run(test_id, kind))
 
@@ -373,6 +421,8 @@ class _MatrixRun:
         return not _needs_confirmation(first, test_id) or second.outcome(test_id).kills
 
     def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
+        for run in self.held:  # came in before the budget ran out, never weighed
+            self.first.setdefault(run.variant, self._explain(run))
         reference = self.first.get("reference")
         no_tests = reference is None or not reference.test_ids
         for variant in [] if no_tests else [*wheats, *mutants]:
@@ -382,7 +432,7 @@ class _MatrixRun:
                 # tests not run: each says why.
                 empty = SuiteRun(variant=variant.id, hash_seed=FIRST_HASH_SEED)
                 self.first[variant.id] = self._explain(run or empty, variant.kind)
-        return Matrix(first=self.first, second=self.second, budget_stop=self.stop,
+        return Matrix(first=self.first, second=self.second, rechecks=tuple(self.rechecks), budget_stop=self.stop,
                       cpu_s=round(self.budget.spent, 3), runs=self.received)
 
 

@@ -66,6 +66,15 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
             f"gave {first.value} and then {second.value} on the reference, run twice under "
             "different hash seeds: its result depends on chance, not on the implementation"
         )
+    for again in matrix.rechecks:
+        if again.crashed or again.budget_exceeded or test_id not in again.test_ids:
+            continue  # a run that did not finish says nothing about the test
+        late = again.outcome(test_id)
+        if late not in (Outcome.PASSED, Outcome.NOT_RUN):
+            return TestStatus.FLAKY, (
+                f"passed on the reference, then gave {late.value} when the reference was run again "
+                "later in the grading: its result depends on when it runs, not on the implementation"
+            )
     rejected = []
     for wheat in wheats:
         outcome = matrix.outcome(test_id, wheat.id)
