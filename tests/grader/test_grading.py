@@ -155,6 +155,26 @@ def test_error_wording():
     assert not report.passed
 
 
+def test_a_mutant_stopped_by_a_brittle_test_carries_on_to_its_valid_kills(tmp_path):
+    """Wheats and mutants run together, counting what passed the reference: a mutant's run stops
+    at a test that then turns out to be brittle, and carries on with the valid ones."""
+    brittle_first = '''
+def test_a_wording_and_the_hand_example():
+    with pytest.raises(ValueError, match="must be a positive int"):
+        GRU(3, 0)
+    assert np.allclose(hand().data, [[0.25 * np.tanh(0.75) + 0.375]])
+''' + HAND
+    report = grade_suite(suite(tmp_path, brittle_first), layout=LAYOUT, assignment=FAST, audience="staff")
+    (tmp_path / "alone").mkdir()
+    alone = grade_suite(suite(tmp_path / "alone", HAND), layout=LAYOUT, assignment=FAST, audience="staff")
+    brittle = next(t for t in report.tests if t.id.endswith("test_a_wording_and_the_hand_example"))
+    valid = next(t for t in report.tests if t.id.endswith("test_hand"))
+    assert brittle.status is TestStatus.BRITTLE and brittle.kills == []
+    assert valid.status is TestStatus.VALID
+    assert sorted(valid.kills) == sorted(alone.tests[0].kills) and valid.kills
+    assert report.score.killed == alone.score.killed
+
+
 def _string_whose_hash_parity_differs() -> str:
     """A string whose hash is even under PYTHONHASHSEED=1 and odd under 2."""
     words = [f"k{i}" for i in range(200)]

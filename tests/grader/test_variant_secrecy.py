@@ -202,6 +202,98 @@ def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(
     assert {r.variant: [t.outcome.value for t in r.results] for r in results} == {v.id: ["passed"] for v in chosen}
 
 
+LEAKER = '''
+import inspect, linecache, traceback
+
+import numpy as np
+import pytest
+import tinyllm.rnn.gru as gru
+from tinyllm.rnn.gru import GRU
+
+
+def _everything():
+    found = ["".join(linecache.cache.get("tinyllm/rnn/gru.py", (0, 0, [], ""))[2])]
+    for target in (gru, gru.GRU, gru.gru_cell, gru.GRU.forward):
+        try:
+            found.append(inspect.getsource(target))
+        except (OSError, TypeError) as exc:
+            found.append(repr(exc))
+    try:
+        GRU(3, 4)(np.zeros((5, 2, 2)))
+    except Exception:
+        found.append(traceback.format_exc())
+    return "\\n".join(found)
+
+
+@pytest.mark.parametrize("window", range(0, 30000, 1200))
+def test_leak_in_the_message(window):
+    assert False, _everything()[window:window + 1500]
+
+
+def test_leak_as_an_error():
+    raise RuntimeError(_everything()[-1500:])
+
+
+def test_valid_so_that_the_mutants_run():
+    assert GRU(2, 3).num_layers == 1
+'''
+LEAK_AT_IMPORT = "".join(
+    f"from test_leak import _everything\n\nraise RuntimeError(_everything()[{start}:{start + 1800}])\n"
+    for start in (7800,)
+)
+
+
+def _source_lines() -> dict[str, list[tuple[bytes, int, str]]]:
+    """Every variant's lines, the reference's included, that are long enough to mean something
+    and that the stand-in (which a test may read) does not share."""
+    from grader.worker import standin
+
+    shown = {line.strip() for line in Path(standin.__file__).read_text().splitlines()}
+    return {
+        f"source:{v.id}": [_needle(line.strip()) for line in v.source.splitlines()
+                           if len(line.strip()) >= 24 and line.strip() not in shown]
+        for v in VARIANTS
+    }
+
+
+def _needles_in(text: str) -> set[str]:
+    data = text.encode()
+    found = set()
+    for name, entries in {**NEEDLES, **_source_lines()}.items():
+        for prefix, length, digest in entries:
+            at = data.find(prefix)
+            while at != -1:
+                if hashlib.sha256(data[at:at + length]).hexdigest() == digest:
+                    found.add(name)
+                    break
+                at = data.find(prefix, at + 1)
+    return found
+
+
+def test_no_report_holds_a_line_of_any_variant(tmp_path):
+    """Whatever a test prints into its failure (linecache, inspect, a traceback through the
+    GRU), the report, staff's included, holds no line of the reference or any variant."""
+    from grader.assignment import load_assignment
+    from grader.grading import grade_suite
+    from grader.report import render
+
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_leak.py").write_text(LEAKER)
+    (tests / "test_leak_at_import.py").write_text(LEAK_AT_IMPORT)
+    report = grade_suite(tests, layout=LAYOUT, assignment=load_assignment(LAYOUT.assignment), policy=False,
+                         audience="staff", full_matrix=True)
+    from grader.scoring import student_view
+
+    assert any("test_leak_at_import" in p for p in report.problems), report.problems
+    staff = render(report, "json") + render(report, "text")
+    student = render(student_view(report, VARIANTS), "json") + render(student_view(report, VARIANTS), "text")
+    assert "test_leak.py::test_leak_in_the_message[0]" in staff and "test_leak.py::test_leak_in_the_message[0]" in student
+    # Staff may read the hidden mutants' titles; nobody reads a line of any variant's source.
+    assert {n for n in _needles_in(staff) if not n.startswith("title:")} == set(), sorted(_needles_in(staff))
+    assert _needles_in(student) == set(), sorted(_needles_in(student))
+
+
 def test_the_reference_source_cannot_be_read_while_variants_are_graded(tmp_path):
     # Its bytecode neither: `make` compiles the checkout ahead, and any import of the reference
     # outside the sandbox may leave a .pyc beside it.
