@@ -209,8 +209,7 @@ class _Worker:
                         isolate=isolate, hardening=hardening)
 
         tests, tmp_bytes, uid, gid = self.job.tests, hardening.settings.tmp_bytes, os.getuid(), os.getgid()
-        keep = (self.job.reference,)
-        zygote = Zygote.start(start_run, lambda: private_view(tests, tmp_bytes, uid, gid, keep))
+        zygote = Zygote.start(start_run, lambda tmp: private_view(tests, tmp, tmp_bytes, uid, gid))
         self.selector.register(zygote.control, selectors.EVENT_READ, zygote)
         return zygote
 

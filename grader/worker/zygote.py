@@ -3,8 +3,9 @@
 Each test process is also born in namespaces of its own, where the kernel allows unprivileged
 ones (:func:`isolated_fork`): a user namespace, a pid namespace in which it is pid 1 (so its
 pid does not count the runs before it), and a mount namespace in which ``/proc`` is empty, ``/tmp``
-is a new empty file system, and the tests are a fresh copy (so no file tells how long ago the
-submission was staged, and nothing an earlier run left in ``/tmp`` is there).
+is read-only but for the run's own temporary folder, a new empty file system, and the tests are a
+fresh copy (so no file tells how long ago the submission was staged, and no run leaves anything
+for a later one).
 
 The worker reads each run's frame (which variant kind, which tests, which limits) and so holds
 what a run must not learn. The zygote is forked from the worker once the job is set up and
@@ -29,19 +30,20 @@ import os
 import selectors
 import signal
 import socket
+import tempfile
 import time
 from typing import Any, Callable
 
-__all__ = ["PRIVATE_TMP", "Zygote", "isolated_fork", "private_view"]
+__all__ = ["Zygote", "isolated_fork", "private_view"]
 
 _MESSAGE = 64 * 1024
 _FORK_RETRY = 2.0  # seconds to wait for the process limit to free a slot for the next run
-PRIVATE_TMP = "/tmp"  # a test process's temporary folder, in its own mount namespace
+SHARED_TMP = "/tmp"  # read-only in a test process's own mount namespace
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 NAMESPACES = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 4096, 1 << 14, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 1 << 14, 1 << 18
 # Refusals that mean "no unprivileged namespaces here" (a plain fork is used instead).
 _NO_NAMESPACES = (errno.EPERM, errno.EINVAL, errno.ENOSPC, errno.EUSERS, errno.ENOSYS, errno.EACCES)
 
@@ -82,11 +84,11 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, option
         raise OSError(code, f"mount {kind or 'bind'} on {target}: {os.strerror(code)}")
 
 
-def private_view(tests: str, tmp_bytes: int, uid: int, gid: int, keep: tuple[str, ...] = ()) -> None:
+def private_view(tests: str, tmp: str, tmp_bytes: int, uid: int, gid: int) -> None:
     """In a test process born by :func:`isolated_fork`: its own uid and gid mapped to themselves
-    (so it can create files), a new ``/tmp`` (each folder of ``keep`` under it bound back in
-    place: the package under test may live there), a fresh copy of the tests at their own path
-    (read before the copy's file system hides them), then an empty ``/proc``.
+    (so it can create files), ``/tmp`` read-only with a new empty file system at ``tmp`` (its
+    temporary folder), a fresh copy of the tests at their own path (read before the copy's file
+    system hides them), and an empty ``/proc``.
 
     Raises:
         OSError: if a mapping or a mount is refused.
@@ -103,14 +105,12 @@ def private_view(tests: str, tmp_bytes: int, uid: int, gid: int, keep: tuple[str
     finally:
         _libc_prctl(4, 0)
     files = _read_tree(tests)
-    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep if _under(path, PRIVATE_TMP)]
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    _mount("none", PRIVATE_TMP, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmp_bytes},mode=1777")
-    for path, fd in kept:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
-        os.close(fd)
-    os.makedirs(tests, mode=0o755, exist_ok=True)  # tests staged under /tmp are hidden by now
+    # Nothing an earlier run wrote into the shared /tmp can be there: this run writes only into
+    # a file system of its own, gone with it.
+    _mount(SHARED_TMP, SHARED_TMP, None, _MS_BIND | _MS_REC)
+    _mount(None, SHARED_TMP, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _kept_flags(SHARED_TMP))
+    _mount("none", tmp, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmp_bytes},mode=700")
     size = max(1 << 20, sum(len(data or b"") for _, data in files) * 2 + (1 << 20))
     _mount("none", tests, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size},mode=755")
     for rel, data in files:
@@ -123,8 +123,15 @@ def private_view(tests: str, tmp_bytes: int, uid: int, gid: int, keep: tuple[str
     _mount("none", "/proc", "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=555")
 
 
-def _under(path: str, folder: str) -> bool:
-    return os.path.commonpath([os.path.abspath(path), folder]) == folder
+def _kept_flags(path: str) -> int:
+    """The flags of the mount at ``path`` that a remount in a user namespace must keep."""
+    flags = os.statvfs(path).f_flag
+    kept = 0
+    for st, ms in ((os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
+                   (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21)):
+        if flags & st:
+            kept |= ms
+    return kept
 
 
 def _read_tree(root: str) -> list[tuple[str, bytes | None]]:
@@ -150,10 +157,10 @@ class Zygote:
         self.control = control
 
     @classmethod
-    def start(cls, start_run: Callable[[int, int, str, bytes, str | None], None], view: Callable[[], None]) -> Zygote:
+    def start(cls, start_run: Callable[[int, int, str, bytes, str | None], None], view: Callable[[str], None]) -> Zygote:
         """Fork the zygote; ``start_run(report, boundary, tmp, token, tests)`` is what each of
         its children does (it never returns), after ``view()`` where the child has namespaces of
-        its own (:func:`private_view` for the job's tests)."""
+        its own (``view(tmp)``: :func:`private_view` for the job's tests)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
@@ -197,26 +204,29 @@ class Zygote:
             pass
 
 
-def _namespaces_work(view: Callable[[], None]) -> bool:
+def _namespaces_work(view: Callable[[str], None]) -> bool:
     """Whether a child can be born in namespaces of its own and set its view up there."""
+    folder = tempfile.mkdtemp(prefix="probe-")
     try:
         pid = isolated_fork()
     except OSError as exc:
+        os.rmdir(folder)
         if exc.errno in _NO_NAMESPACES:
             return False
         raise
     if pid == 0:
         try:
-            view()
+            view(folder)
         except BaseException:  # noqa: BLE001 - any failure means: not here
             os._exit(1)
         os._exit(0)
     _, status = os.waitpid(pid, 0)
+    os.rmdir(folder)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, str | None], None],
-           view: Callable[[], None]) -> None:
+           view: Callable[[str], None]) -> None:
     """The zygote's loop: fork on each request, report each child's end; leave when the worker
     closes its end."""
     from grader.sandbox import _libc_prctl
@@ -250,7 +260,7 @@ def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, st
 
 def _fork(control: socket.socket, body: bytes, fds: list[int], selector: selectors.BaseSelector,
           children: dict[int, int], start_run: Callable[[int, int, str, bytes, str | None], None],
-          view: Callable[[], None] | None) -> None:
+          view: Callable[[str], None] | None) -> None:
     try:
         request = json.loads(body)
         report, boundary = fds
@@ -276,8 +286,7 @@ def _fork(control: socket.socket, body: bytes, fds: list[int], selector: selecto
         try:
             control.close()
             if view is not None:
-                view()
-                tmp = PRIVATE_TMP
+                view(tmp)
             start_run(report, boundary, tmp, token, tests if isinstance(tests, str) else None)
         finally:
             os._exit(70)
