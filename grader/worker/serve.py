@@ -33,6 +33,7 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -390,6 +391,9 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     from grader.worker.child import _only_own_descriptors, install_variant
     from grader.worker.impl import error_message, serve_implementation
 
+    from grader.sandbox import _libc_prctl
+
+    _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker, from the start
     # The variant makes no reference cycles that matter in one run's life, and every collection
     # would copy pages of the worker's heap: no collector here.
     gc.disable()

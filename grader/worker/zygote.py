@@ -68,6 +68,9 @@ def isolated_fork() -> int:
     )
     if pid == 0:
         api.PyOS_AfterFork_Child()
+        from grader.sandbox import _libc_prctl
+
+        _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the zygote, from the start
         return 0
     code = ctypes.get_errno()
     api.PyOS_AfterFork_Parent()
@@ -120,6 +123,7 @@ def private_view(tests: str, tmp: str, tmp_bytes: int, uid: int, gid: int) -> No
         else:
             with open(target, "wb") as handle:
                 handle.write(data)
+    _mount(None, tests, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)  # read-only, as staged
     _mount("none", "/proc", "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=4k,mode=555")
 
 
