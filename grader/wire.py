@@ -50,7 +50,9 @@ class WorkerSandbox:
     open_files: int | None = None  # RLIMIT_NOFILE
     processes: int | None = None  # processes and threads of the sandbox uid (RLIMIT_NPROC)
     seccomp: bool = False  # install the seccomp filters (the worker fails rather than run without)
-    tmp_bytes: int = 256 * 1024**2  # a test process's own /tmp, where it has one (grader.worker.zygote)
+    # The size of a test process's temporary folder: a tmpfs of its own where namespaces allow
+    # (grader.worker.zygote).
+    tmp_bytes: int = 256 * 1024**2
 
     def replace(self, **changes: Any) -> WorkerSandbox:
         return WorkerSandbox(**{**asdict(self), **changes})

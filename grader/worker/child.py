@@ -3,7 +3,7 @@
 Forked from the zygote (:mod:`grader.worker.zygote`), which holds the worker's pytest set-up and
 nothing of any run: every run's test process starts from the same memory, under the same
 options, and is told nothing about the run it is (no limits, no selection, no variant). The
-worker, watching the events this process writes to its report pipe, enforces every limit from
+worker, watching the events this process writes to its report socket, enforces every limit from
 outside: it interrupts a test past its time with SIGALRM (raised here as ``_TestTimeout``),
 kills the process at a mutant's first kill, and stops it when the grading budget is spent.
 
@@ -305,7 +305,7 @@ def _loaded(code: bytes) -> types.CodeType | None:
 
 def _only_own_descriptors(keep: tuple[int, ...], tmp: str, settings: WorkerSandbox) -> None:
     """Close every descriptor the process inherited but ``keep``: the worker's stdout, its job
-    pipe and the other runs' pipes are out of the submission's reach. Standard input reads
+    pipe and the other runs' sockets are out of the submission's reach. Standard input reads
     nothing; standard output and error go to an unnamed file of its own, capped by the file
     size limit (a test printing a gigabyte fails with "File too large"), or nowhere."""
     last = 2

@@ -30,7 +30,7 @@ __all__ = ["GRACE_S", "Run"]
 
 GRACE_S = 2.0  # seconds an interrupted test has to stop before its run is killed
 _MESSAGE_CAP = 2000
-_PIPE_CAP = 4 * 1024 * 1024  # bytes a run may report before it is cut off
+_REPORT_CAP = 4 * 1024 * 1024  # bytes a run may report before it is cut off
 _TICK = os.sysconf("SC_CLK_TCK")
 PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
     "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
@@ -44,7 +44,7 @@ _TAMPERED = (
 
 
 class Run:
-    """One run: its two processes (tests, implementation), its report pipe, what it reported
+    """One run: its two processes (tests, implementation), its report socket, what it reported
     so far and which limit, if any, stopped it."""
 
     def __init__(self, job: JobSettings, header: RunHeader, *, fd: int, token: bytes, tmp: str, impl: int) -> None:
@@ -78,7 +78,7 @@ class Run:
     def feed(self, chunk: bytes) -> None:
         """Take what the test process wrote, acting on each complete line."""
         self.seen += len(chunk)
-        if self.seen > _PIPE_CAP:
+        if self.seen > _REPORT_CAP:
             self.overflow = True
             self.kill()
             return
@@ -90,7 +90,7 @@ class Run:
 
     def _line(self, line: bytes) -> None:
         if not line.startswith(self.token):
-            # Not the run's reporter: a test wrote to the pipe. Stop believing the run here.
+            # Not the run's reporter: a test wrote to the report socket. Stop believing the run here.
             self.tampered = True
             self.kill()
             return
@@ -230,7 +230,7 @@ class Run:
     # ---------------------------------------------------------------- judgement
     @property
     def over(self) -> bool:
-        """Whether the run has ended: its pipe closed and its test process reaped (or never
+        """Whether the run has ended: its report socket closed and its test process reaped (or never
         started)."""
         return self.eof and (self.ended is not None or self.pid is None)
 
