@@ -24,8 +24,9 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.installed-core
 
 venv: $(VENV)/.installed
 
-# As root it sets the sandbox up first; elsewhere the demo says so and runs its trusted
-# example with no sandbox.
+# As root it sets the sandbox up first; another user's workers each get a user namespace of
+# their own where the kernel allows it; elsewhere the demo says so and runs its trusted example
+# with no sandbox.
 demo: $(VENV)/.installed-core sandbox bytecode
 	$(BIN)/mutagrade demo
 
@@ -40,7 +41,8 @@ system:
 	bash scripts/setup-services.sh
 
 # The sandbox student code runs in: bubblewrap, libseccomp, the mutagrade-sandbox-N users.
-# Needs root (CI runs as root); idempotent. Without it untrusted grading refuses to start.
+# Needs root (CI runs as root); idempotent. Without it untrusted grading refuses to start, except
+# for a user without root where the kernel allows unprivileged user namespaces. Prints the doctor's lines.
 sandbox: $(VENV)/.installed-core
 	bash scripts/setup-sandbox.sh $(BIN)/python
 

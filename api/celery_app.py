@@ -3,7 +3,9 @@
 This module owns the app; it is built by :func:`make_celery` from settings. Tasks are thin:
 they take ids, re-fetch everything from the database, call the grader's library functions and
 write results to the database. They are idempotent (a claim in the database decides who grades),
-so they can be ``acks_late``: a job whose worker dies is delivered again and graded once.
+so they can be ``acks_late``. A grading's claim is renewed while it runs (``api.lease``): a job
+whose worker dies is taken by the next worker to look for one once the claim has lapsed
+(``Settings.lease_s``), long before Redis would deliver its message again, and graded once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from api import crud
 from api.config import Settings, get_settings
 from api.db import make_engine, make_sessionmaker
 from api.jobs import GradingDeferred, grade_submission, make_pool
+from api.lease import Heartbeat
 
 log = logging.getLogger("mutagrade.celery")
 
@@ -78,25 +81,37 @@ def make_celery(settings: Settings | None = None) -> Celery:
 
     @app.task(name="mutagrade.grade", bind=True, max_retries=3, default_retry_delay=5)
     def grade(task, submission_id: int) -> str:
-        """Grade one submission by id (idempotent)."""
+        """Grade the next job (idempotent). Each message stands for one job to do: it was sent
+        for ``submission_id``, but the task takes whichever job is next in turn over students
+        (``crud.claim_next``: first one whose worker died, its claim lapsed), so the broker's
+        order, first come first served, does not decide who waits. A message left with
+        nothing to take (its job was taken by another's) does nothing."""
         # claimed_by holds 100 characters; a long host name must not push the task id out of it.
         worker = f"{socket.gethostname()[:50]}:{os.getpid()}:{task.request.id}"
         make_session = sessions()
         try:
             with make_session() as session:
-                submission = crud.claim(
-                    session, submission_id=submission_id, worker=worker, stale_after_s=settings.claim_lease_s
-                )
+                submission = crud.claim_next(session, worker=worker, lease_s=settings.lease_s)
         except Exception as exc:  # the database is away for a moment: try again later
             raise task.retry(exc=exc) from exc
         if submission is None:
-            return "skipped: done, or being graded by a live worker"
+            return "skipped: nothing queued, and no claim has lapsed"
+        log.info("submission %d (sent as submission %d): claimed, attempt %d", submission.id, submission_id,
+                 submission.attempts)
+        with Heartbeat(make_session=make_session, submission_id=submission.id, worker=worker,
+                       every_s=settings.heartbeat_s):
+            stored = _grade_held(submission, worker=worker, make_session=make_session)
+        if stored is None:
+            return "queued again: the sandbox is not available on this worker"
+        return "graded" if stored else "graded, but another worker's result stood"
+
+    def _grade_held(submission, *, worker: str, make_session) -> bool | None:
+        """Grade a claimed submission; None if it was put back in the queue instead."""
         started = time.monotonic()
         while True:
             try:
-                stored = grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
-                                          pool=pool(), hold_claim=True)
-                break
+                return grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
+                                        pool=pool(), hold_claim=True)
             except GradingDeferred as deferred:
                 # This worker's sandbox is not ready: it keeps the job (the others stay in the
                 # broker for other workers), takes no other meanwhile, and tries again once the
@@ -105,12 +120,11 @@ def make_celery(settings: Settings | None = None) -> Celery:
                 # (the API's sweeper sends it again).
                 if time.monotonic() - started + deferred.retry_after_s > settings.task_time_limit_s / 2:
                     with make_session() as session:
-                        crud.release(session, submission_id, worker=worker)
-                    return "queued again: the sandbox is not available on this worker"
-                log.warning("submission %d waits %.0f s for the sandbox: %s", submission_id,
+                        crud.release(session, submission.id, worker=worker)
+                    return None
+                log.warning("submission %d waits %.0f s for the sandbox: %s", submission.id,
                             deferred.retry_after_s, deferred.why)
                 time.sleep(deferred.retry_after_s)
-        return "graded" if stored else "graded, but another worker's result stood"
 
     @app.task(name="mutagrade.golden", bind=True, max_retries=1)
     def golden(task, run_id: int) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
+from api import crud
 from api.celery_app import make_celery
 from api.config import Settings
 from api.db import GoldenRun, Submission, utcnow
@@ -46,28 +48,46 @@ class CeleryQueue:
     def _sweep(self) -> None:
         """Send again what stays queued: the broker may have lost it (a Redis restarted without
         its data) or never got it (it was down). Also what stays running on a lapsed claim: its
-        worker died and the broker lost the job too, so no one else will take it. A job sent
-        twice is graded once, since the task claims it in the database first."""
-        while not self._stopping.wait(self.resend_after_s):
+        worker died, and the broker would hand its message on only after the visibility
+        timeout. A job sent twice is graded once, since the task claims it in the database
+        first. Lapsed claims are looked for at every heartbeat, the rest every
+        ``resend_after_s``."""
+        tick = min(self.resend_after_s, self.settings.heartbeat_s)
+        last_resend = time.monotonic()
+        while not self._stopping.wait(tick):
             try:
-                self._resend(older_than_s=self.resend_after_s)
+                if time.monotonic() - last_resend >= self.resend_after_s:
+                    last_resend = time.monotonic()
+                    self._resend(older_than_s=self.resend_after_s)
+                else:
+                    self._wake_for_lapsed()
             except Exception:  # noqa: BLE001 - the database may be away; try again next round
-                log.exception("could not look for queued jobs to send again")
+                log.exception("could not look for jobs to send again")
+
+    def _wake_for_lapsed(self) -> None:
+        """A grading whose claim was not renewed for the lease: its worker died. Any worker
+        that takes a message takes that job first (``crud.claim_next``), so a message is sent
+        only when none waits in the broker: when the workers are idle. (Sent while one waits,
+        they would pile up for as long as no worker consumes the queue.)"""
+        with self.make_session() as session:
+            lapsed = crud.lapsed_claims(session, lease_s=self.settings.lease_s)
+        if lapsed and self._waiting("cpu") == 0:
+            for submission_id in lapsed:
+                self.enqueue(submission_id)
+            log.info("sent %d job(s) whose worker died to the broker again", len(lapsed))
 
     def _resend(self, *, older_than_s: float) -> None:
         now = utcnow()
         cutoff = now - timedelta(seconds=older_than_s)
-        # No job may run longer than a claim's lease (Settings), so a claim older than it
-        # belongs to a dead worker.
-        lapsed = now - timedelta(seconds=self.settings.claim_lease_s)
         with self.make_session() as session:
             submissions = [
-                list(session.scalars(select(Submission.id).where(*where)))
-                for where in (
-                    (Submission.status == "queued", Submission.created_at <= cutoff),
-                    (Submission.status == "running", Submission.started_at < lapsed),
-                )
+                list(session.scalars(select(Submission.id).where(
+                    Submission.status == "queued", Submission.created_at <= cutoff))),
+                crud.lapsed_claims(session, lease_s=self.settings.lease_s),
             ]
+            # No golden run may last longer than its claim's lease (Settings), so a claim older
+            # than it belongs to a dead worker.
+            lapsed = now - timedelta(seconds=self.settings.claim_lease_s)
             goldens = [
                 list(session.scalars(select(GoldenRun.id).where(*where)))
                 for where in (

@@ -12,6 +12,7 @@ import httpx
 
 from grader.models import Report
 from grader.report import render
+from grader.report.github import append_job_summary
 
 __all__ = ["ClientError", "pack", "submit"]
 
@@ -85,8 +86,9 @@ def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: f
         raise ClientError(f"submission {created['id']}: {body['error']}", 2 if "could not be graded" in (body["error"] or "") else 3)
     report = Report.model_validate(body["report"])
     print(render(report, fmt))
+    append_job_summary(report)  # on GitHub Actions the job summary gets the Markdown report too
     print(f"report page: {server.rstrip('/')}{body['links']['report_html']}", file=sys.stderr)
-    if not report.policy.ok:
+    if report.input_refused:
         return 2
     return 0 if report.passed else 1
 

@@ -32,6 +32,17 @@ class Settings(BaseSettings):
     max_unpacked_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     rate_limit: int = Field(default=10, ge=1, description="submissions a student may post per window")
     rate_window_s: float = Field(default=60.0, gt=0)
+    max_in_flight: int = Field(
+        default=2, ge=1,
+        description="submissions a student may have in flight (queued or being graded) at once; 429 above",
+    )
+    heartbeat_s: float = Field(
+        default=5.0, gt=0, description="a worker grading a submission renews its claim on it this often",
+    )
+    lease_s: float = Field(
+        default=30.0, gt=0,
+        description="a claim not renewed for this long has lapsed (its worker died): another worker takes the job",
+    )
     visibility_timeout_s: float = Field(
         default=3600.0, gt=0,
         description="Celery/Redis: a job whose worker vanished is handed to another after this long",
@@ -54,18 +65,30 @@ class Settings(BaseSettings):
 
     @property
     def claim_lease_s(self) -> float:
-        """How long a worker's claim on a job holds (Celery): the visibility timeout less a
-        margin (a tenth, at most a minute). Redis redelivers a job only once the visibility
-        timeout has passed since it handed it out, and the claim was taken after that, so the
-        margin makes sure a redelivered job always finds its old claim lapsed (clocks of
-        different machines may differ a little too)."""
+        """How long a worker's claim on a golden run holds (Celery; a grading's claim is renewed
+        instead, see ``lease_s``): the visibility timeout less a margin (a tenth, at most a
+        minute). Redis redelivers a job only once the visibility timeout has passed since it
+        handed it out, and the claim was taken after that, so the margin makes sure a
+        redelivered job always finds its old claim lapsed (clocks of different machines may
+        differ a little too)."""
         return self.visibility_timeout_s - min(60.0, self.visibility_timeout_s / 10)
+
+    @model_validator(mode="after")
+    def _heartbeat_fits_the_lease(self) -> "Settings":
+        # Two beats may be late (a busy database, a pause) before a live worker's job lapses.
+        if self.heartbeat_s * 3 > self.lease_s:
+            raise ValueError(
+                f"heartbeat_s ({self.heartbeat_s:g}) must be at most a third of lease_s ({self.lease_s:g}): "
+                "a live worker's claim would lapse after one or two late renewals, and its job go to another"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lease_outlasts_jobs(self) -> "Settings":
         # Redis hands an unacknowledged job to another worker once the visibility timeout has
-        # passed, whether or not its worker is still alive, and the database claim lapses even
-        # sooner: a job allowed to run longer than that would be graded twice, over and over.
+        # passed, whether or not its worker is still alive, and a golden run's claim lapses even
+        # sooner: a run allowed to last longer than that would be run twice, over and over.
+        # (A grading renews its claim, so a redelivered message finds it held.)
         if self.task_time_limit_s >= self.claim_lease_s:
             raise ValueError(
                 f"task_time_limit_s ({self.task_time_limit_s:g}) must be less than the claim lease "

@@ -6,28 +6,48 @@ import hashlib
 import secrets
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.orm import Session
 
 from api.db import Submission, User, utcnow
+from grader.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
+from grader.models import Report
 
 __all__ = [
+    "IN_FLIGHT",
+    "InFlightLimit",
+    "UserExists",
     "as_utc",
-    "claim",
     "claim_next",
     "create_submission",
     "create_user",
+    "database_now",
     "finish_submission",
     "gradebook_rows",
     "hash_token",
+    "in_flight",
+    "lapsed_claims",
     "list_submissions",
     "list_users",
     "regrade",
+    "renew_claim",
     "requeue_running",
+    "revoke_token",
     "user_by_token",
 ]
 
 ROLES = ("student", "staff")
+IN_FLIGHT = ("queued", "running")  # a submission in these states is not graded yet
+
+
+class InFlightLimit(Exception):
+    """The user already has ``in_flight`` submissions queued or being graded, and ``limit`` is
+    the most allowed at once."""
+
+    def __init__(self, in_flight: int, limit: int) -> None:
+        super().__init__(f"{in_flight} submission(s) in flight, at most {limit}")
+        self.in_flight = in_flight
+        self.limit = limit
 
 
 def hash_token(token: str) -> str:
@@ -35,19 +55,31 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_user(session: Session, *, name: str, role: str) -> tuple[User, str]:
-    """A user with a fresh token (returned once, never stored in clear); an existing user of
-    that name gets a new token, replacing the old one.
+class UserExists(ValueError):
+    """A user's token or role would be replaced without being asked to."""
+
+
+def create_user(session: Session, *, name: str, role: str, replace: bool = False) -> tuple[User, str]:
+    """A user with a fresh token (returned once, never stored in clear). An existing user of
+    that name (a revoked one too) gets a new token and ``role`` only with ``replace``; the old
+    token stops working.
 
     Raises:
+        UserExists: the user exists and ``replace`` is false (nothing is changed).
         ValueError: if ``role`` is not student or staff, or ``name`` is empty.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if not name.strip():
         raise ValueError("user name must not be empty")
-    token = "mg_" + secrets.token_urlsafe(32)
     user = session.scalar(select(User).where(User.name == name))
+    if user is not None and not replace:
+        has = "has a token" if user.token_hash is not None else "exists, its token revoked"
+        raise UserExists(
+            f"user {name!r} already {has} (role {user.role}); nothing changed. Pass --replace to give them "
+            "a new token and this role (the old token stops working)"
+        )
+    token = "mg_" + secrets.token_urlsafe(32)
     if user is None:
         user = User(name=name, role=role, token_hash=hash_token(token))
         session.add(user)
@@ -55,6 +87,22 @@ def create_user(session: Session, *, name: str, role: str) -> tuple[User, str]:
         user.role, user.token_hash = role, hash_token(token)
     session.commit()
     return user, token
+
+
+def revoke_token(session: Session, *, name: str) -> bool:
+    """End the token of user ``name`` at once (the user and their submissions stay); whether
+    there was one to end.
+
+    Raises:
+        LookupError: no user of that name.
+    """
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        raise LookupError(f"user {name!r}: no such user")
+    had = user.token_hash is not None
+    user.token_hash = None
+    session.commit()
+    return had
 
 
 def user_by_token(session: Session, *, token: str) -> User | None:
@@ -65,7 +113,32 @@ def list_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.name)))
 
 
-def create_submission(session: Session, *, user: User, archive: bytes, name: str) -> Submission:
+def in_flight(session: Session, *, user_id: int) -> int:
+    """How many of the user's submissions are queued or being graded."""
+    return session.scalar(
+        select(func.count()).select_from(Submission).where(Submission.user_id == user_id,
+                                                            Submission.status.in_(IN_FLIGHT))
+    )
+
+
+def create_submission(
+    session: Session, *, user: User, archive: bytes, name: str, max_in_flight: int | None = None
+) -> Submission:
+    """Store a submission, queued.
+
+    Raises:
+        InFlightLimit: ``max_in_flight`` is given and the user already has that many queued
+            or being graded (nothing is stored).
+    """
+    if max_in_flight is not None:
+        # Count and insert under a lock on the user's row (PostgreSQL; SQLite locks the whole
+        # database for the write), held to the commit: two posts at once cannot both find room
+        # for one more. The row is written unchanged; only the lock is wanted.
+        session.execute(update(User).where(User.id == user.id).values(name=User.name))
+        count = in_flight(session, user_id=user.id)
+        if count >= max_in_flight:
+            session.rollback()
+            raise InFlightLimit(count, max_in_flight)
     submission = Submission(user_id=user.id, archive=archive, archive_name=name[:255], status="queued")
     session.add(submission)
     session.commit()
@@ -92,44 +165,103 @@ def list_submissions(
     return list(session.scalars(query))
 
 
-def claim_next(session: Session, *, worker: str, ids: list[int] | None = None) -> Submission | None:
-    """Atomically move the oldest queued submission to running, for ``worker``.
+def database_now(session: Session) -> datetime:
+    """Now, by the database's clock where it has one: PostgreSQL's, shared by every machine
+    that grades, so their own clocks' differences cannot shorten a lease; SQLite's database
+    is on one machine, whose clock this is."""
+    if session.get_bind().dialect.name == "postgresql":
+        return session.scalar(select(func.now()))
+    return utcnow()
+
+
+def _renewed():
+    """When a running submission's claim was last renewed (a claim never renewed: when it was taken)."""
+    return func.coalesce(Submission.heartbeat_at, Submission.started_at)
+
+
+def _lapsed(now: datetime, lease_s: float):
+    """Running under a claim not renewed for ``lease_s``."""
+    return and_(Submission.status == "running", _renewed() < now - timedelta(seconds=lease_s))
+
+
+def _fairest_queued(ids: list[int] | None):
+    """The next queued submission in turn: of the students with a submission queued, the one
+    with the fewest being graded now, then the one served least recently (whose latest grading
+    ended first; never served first: a long grading counts as service until it ends, so a
+    student of slow suites waits for those of quick ones); that student's oldest queued
+    submission."""
+    waiting = select(Submission.user_id).where(Submission.status == "queued")
+    students = (
+        select(
+            Submission.user_id,
+            func.sum(case((Submission.status == "running", 1), else_=0)).label("running"),
+            func.max(Submission.finished_at).label("served"),
+        )
+        .where(Submission.user_id.in_(waiting))
+        .group_by(Submission.user_id)
+        .subquery()
+    )
+    query = (
+        select(Submission.id)
+        .join(students, students.c.user_id == Submission.user_id)
+        .where(Submission.status == "queued")
+        .order_by(students.c.running, students.c.served.asc().nulls_first(), Submission.id)
+        .limit(1)
+    )
+    return query if ids is None else query.where(Submission.id.in_(ids))
+
+
+def claim_next(
+    session: Session, *, worker: str, lease_s: float | None = None, ids: list[int] | None = None
+) -> Submission | None:
+    """Atomically move the next submission to running, for ``worker``: with ``lease_s``, one
+    whose claim has lapsed (its worker died; the oldest lapse first), else the next queued one
+    in turn over students (see :func:`_fairest_queued`), so one student's many or slow
+    submissions cannot keep the others waiting.
 
     The conditional UPDATE makes the claim safe between threads, processes and machines:
     only one claimer sees its row count be 1.
     """
     while True:
-        query = select(Submission.id).where(Submission.status == "queued").order_by(Submission.id).limit(1)
-        if ids is not None:
-            query = query.where(Submission.id.in_(ids))
-        candidate = session.scalar(query)
+        now = database_now(session)
+        candidate = None
+        if lease_s is not None:
+            lapsed = _lapsed(now, lease_s)
+            candidate = session.scalar(select(Submission.id).where(lapsed).order_by(_renewed(), Submission.id).limit(1))
         if candidate is None:
-            return None
+            candidate = session.scalar(_fairest_queued(ids))
+            if candidate is None:
+                session.commit()
+                return None
+            takeable = Submission.status == "queued"
+        else:
+            takeable = lapsed
         claimed = session.execute(
             update(Submission)
-            .where(Submission.id == candidate, Submission.status == "queued")
-            .values(status="running", claimed_by=worker, started_at=utcnow(), attempts=Submission.attempts + 1)
+            .where(Submission.id == candidate, takeable)
+            .values(status="running", claimed_by=worker, started_at=now, heartbeat_at=now,
+                    attempts=Submission.attempts + 1)
         )
         session.commit()
         if claimed.rowcount == 1:
             return session.get(Submission, candidate, populate_existing=True)
 
 
-def claim(session: Session, *, submission_id: int, worker: str, stale_after_s: float) -> Submission | None:
-    """Claim one submission for ``worker``: if it is queued, or running under a claim older
-    than ``stale_after_s`` (its worker died: the broker gave the job to another). None when it
-    is done, or fresh in another worker's hands."""
-    stale = utcnow() - timedelta(seconds=stale_after_s)
-    claimed = session.execute(
-        update(Submission)
-        .where(
-            Submission.id == submission_id,
-            or_(Submission.status == "queued", and_(Submission.status == "running", Submission.started_at < stale)),
-        )
-        .values(status="running", claimed_by=worker, started_at=utcnow(), attempts=Submission.attempts + 1)
+def renew_claim(session: Session, submission_id: int, *, worker: str) -> bool:
+    """Renew ``worker``'s claim on a submission it is grading; False if it holds it no more
+    (regraded, put back, or taken by another worker after its claim lapsed)."""
+    renewed = session.execute(
+        update(Submission).where(*_held_by(submission_id, worker)).values(heartbeat_at=database_now(session))
     )
     session.commit()
-    return session.get(Submission, submission_id, populate_existing=True) if claimed.rowcount == 1 else None
+    return renewed.rowcount == 1
+
+
+def lapsed_claims(session: Session, *, lease_s: float) -> list[int]:
+    """The submissions running under a claim not renewed for ``lease_s``: their workers died."""
+    return list(session.scalars(
+        select(Submission.id).where(_lapsed(database_now(session), lease_s)).order_by(Submission.id)
+    ))
 
 
 def finish_submission(
@@ -143,7 +275,16 @@ def finish_submission(
     error: str | None = None,
 ) -> bool:
     """Store the outcome of a grading run, if ``worker`` still holds the claim (a regrade or a
-    requeue in between makes a late result harmless); returns whether it was stored."""
+    requeue in between makes a late result harmless); returns whether it was stored.
+
+    What is stored is bounded: a report over ``MAX_STORED_REPORT_BYTES`` is shortened whole
+    (:func:`grader.caps.fit_report`: whole items left out and counted, never its JSON cut), an
+    error cut to ``MAX_TEXT_CHARS``.
+    """
+    if report_json is not None and len(report_json) * 4 > MAX_STORED_REPORT_BYTES:  # UTF-8: 4 bytes a character at most
+        if len(report_json.encode()) > MAX_STORED_REPORT_BYTES:
+            report_json = report_json_within(Report.model_validate_json(report_json))
+    error = cap_text(error) if error else error
     conditions = [Submission.id == submission_id, Submission.status == "running"]
     if worker is not None:
         conditions.append(Submission.claimed_by == worker)
@@ -164,7 +305,7 @@ def finish_submission(
 
 
 # A running submission as it was before its claim (queued again).
-_UNCLAIMED = {"status": "queued", "claimed_by": None, "started_at": None}
+_UNCLAIMED = {"status": "queued", "claimed_by": None, "started_at": None, "heartbeat_at": None}
 
 
 def _held_by(submission_id: int, worker: str) -> tuple:
@@ -198,7 +339,7 @@ def requeue_running(session: Session, *, worker_prefix: str | None = None) -> in
     query = update(Submission).where(Submission.status == "running")
     if worker_prefix is not None:
         query = query.where(Submission.claimed_by.startswith(worker_prefix))
-    result = session.execute(query.values(status="queued", claimed_by=None, started_at=None))
+    result = session.execute(query.values(**_UNCLAIMED))
     session.commit()
     return result.rowcount
 

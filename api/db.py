@@ -32,14 +32,14 @@ class Base(DeclarativeBase):
 
 
 class User(Base):
-    """A student or a member of staff, known by a bearer token (stored hashed)."""
+    """A student or a member of staff, known by a bearer token (stored hashed; none once revoked)."""
 
     __tablename__ = "users"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True, index=True)
     role: Mapped[str] = mapped_column(String(10))  # "student" | "staff"
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True, index=True, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     submissions: Mapped[list["Submission"]] = relationship(back_populates="user")
@@ -59,6 +59,8 @@ class Submission(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Renewed every few seconds by the worker grading it: a claim not renewed for the lease has lapsed.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     claimed_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
     passed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)

@@ -36,9 +36,10 @@ def get_current_user(
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> User:
-    """The user of the bearer token (or, for the web pages, of the token cookie or ``?token=``)."""
+    """The user of the bearer token, or of the cookie the sign-in form sets (a token is never
+    taken from the URL: addresses end up in logs, histories and ``Referer`` headers)."""
     token = credentials.credentials if credentials else None
-    token = token or request.cookies.get(TOKEN_COOKIE) or request.query_params.get("token")
+    token = token or request.cookies.get(TOKEN_COOKIE)
     if not token:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,

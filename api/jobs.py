@@ -16,6 +16,7 @@ from api.archive import ArchiveError, ArchiveLimits, unpack
 from api.config import Settings
 from api.db import Submission
 from grader.assignment import load_assignment
+from grader.caps import report_json_within
 from grader.grading import GradingInputError, grade_suite
 from grader.journal import JournalFormatError, verify_journal
 from grader.models import JournalSummary
@@ -107,7 +108,7 @@ def grade_submission(
             session,
             submission.id,
             worker=worker,
-            report_json=report.model_dump_json(),
+            report_json=report_json_within(report),  # within the stored cap (grader.caps)
             passed=report.passed,
             kill_rate=report.score.kill_rate,
         )

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from api.config import Settings, get_settings
 from api.db import make_engine, make_sessionmaker
 from api.jobs import layout_of
+from api.logs import install as redact_tokens_in_logs
 from api.migrate import upgrade
 from api.queue import make_queue
 from api.ratelimit import RateLimiter
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        redact_tokens_in_logs()  # the server has set up its logging by now
         upgrade(settings.database_url)
         app.state.queue.start()
         try:

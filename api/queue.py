@@ -2,7 +2,8 @@
 
 ``LocalQueue`` (the default) grades in threads of the server process. Jobs live in the
 database (a submission's status is its job's state), so jobs left queued or running when the
-server stopped resume when it starts again. The Celery backend implements the same interface.
+server stopped resume when it starts again; each thread takes the next job in turn over
+students (``crud.claim_next``). The Celery backend implements the same interface.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy.orm import sessionmaker
 from api import crud
 from api.config import Settings
 from api.jobs import GradingDeferred, grade_submission, make_pool
+from api.lease import Heartbeat
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
@@ -96,7 +98,9 @@ class LocalQueue:
                         self._stopping.wait(paused)
                         continue
                     with self.make_session() as session:
-                        submission = crud.claim_next(session, worker=worker)
+                        # In turn over students; first a job whose claim lapsed (a server
+                        # sharing this database died grading it).
+                        submission = crud.claim_next(session, worker=worker, lease_s=self.settings.lease_s)
                     if submission is None:
                         if time.monotonic() - idle_since > _POOL_IDLE_S:
                             pool.close()
@@ -104,8 +108,10 @@ class LocalQueue:
                             self._wake.wait(timeout=1.0)
                         continue
                     try:
-                        grade_submission(submission, settings=self.settings, make_session=self.make_session,
-                                         worker=worker, pool=pool)
+                        with Heartbeat(make_session=self.make_session, submission_id=submission.id, worker=worker,
+                                       every_s=self.settings.heartbeat_s):
+                            grade_submission(submission, settings=self.settings, make_session=self.make_session,
+                                             worker=worker, pool=pool)
                     except GradingDeferred as deferred:
                         # Every thread of this process would meet the same sandbox: all wait.
                         self._paused_until = max(self._paused_until, time.monotonic() + deferred.retry_after_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,6 +26,8 @@ class Limits(BaseModel):
     timeout_factor: float = Field(default=10.0, ge=1.0)
     timeout_floor_s: float = Field(default=1.0, gt=0)
     budget_cpu_s: float | None = Field(default=300.0, gt=0)
+    budget_wall_s: float | None = Field(default=120.0, gt=0)
+    budget_memory_mb: int | None = Field(default=2048, ge=256)
 
 
 class Assignment(BaseModel):
@@ -36,6 +39,12 @@ class Assignment(BaseModel):
     threshold: float = Field(ge=0.0, le=1.0)
     allow_invalid_tests: bool = False
     require_journal: bool = False
+    # Gradescope's results.json (grader/report/gradescope.py): the points follow the verdict
+    # (full when passed, else gradescope_not_passed_share per killed mutant) or count kills;
+    # hidden mutants can be revealed after the due date (a test's visibility on Gradescope).
+    gradescope_score: Literal["verdict", "kills"] = "verdict"
+    gradescope_not_passed_share: float = Field(default=0.5, ge=0.0, lt=1.0)
+    gradescope_hidden_hints: Literal["never", "after_due_date", "after_published"] = "never"
     limits: Limits = Limits()
 
     def run_limits(self, jobs: int | None = None) -> RunLimits:
@@ -48,6 +57,8 @@ class Assignment(BaseModel):
             timeout_factor=self.limits.timeout_factor,
             timeout_floor=min(self.limits.timeout_floor_s, self.limits.test_timeout_s),
             cpu_budget=self.limits.budget_cpu_s,
+            wall_budget=self.limits.budget_wall_s,
+            memory_budget=None if self.limits.budget_memory_mb is None else self.limits.budget_memory_mb * 1024 * 1024,
             **extra,
         )
 

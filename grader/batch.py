@@ -1,30 +1,64 @@
 """Batch grading for staff: every student's submission in a folder, into one CSV gradebook.
 
-One sub-folder per student, holding either the test files at its root or a student repository
-with the tests under ``python/tests/l3-3-gru/``. One submission that cannot be graded (or that
+One entry per student, named after the student: a folder, or an archive (``alice.zip``,
+``alice.tar.gz``: an LMS download) checked and unpacked exactly as the service checks an upload
+(:mod:`api.archive`, which needs nothing of the service). Either holds the test files at its
+root, or a student repository with the tests under ``python/tests/l3-3-gru/``; a
+``.tdd/journal.jsonl`` beside them is verified (replayed) as ``mutagrade grade --journal`` does,
+and counts in the verdict. One submission that cannot be graded (a bad archive, or one that
 breaks the grader) is a row with its problem; it never stops the batch.
+
+The warm :class:`~grader.matrix.WorkerPool` grades one submission while the next ones are
+prepared in threads beside it (unpacked, journal replayed in workers of their own), so the
+pool waits for a replay only when replays are slower than gradings.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
+import stat
+import tempfile
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
+from api.archive import ArchiveError, ArchiveLimits, unpack
 from grader.assignment import Assignment
+from grader.caps import cap_text
 from grader.grading import grade_suite
+from grader.journal import JournalFormatError, verify_journal
 from grader.matrix import WorkerPool
-from grader.models import Report
+from grader.models import JournalSummary, Report
 from grader.paths import Layout
+from grader.runner import RunLimits
 from grader.sandbox import SandboxMode, check_mode
 from grader.spreadsheet import write_rows
 
-__all__ = ["BatchRow", "STUDENT_TESTS", "find_tests", "grade_batch", "write_csv"]
+__all__ = [
+    "ARCHIVE_SUFFIXES",
+    "MAX_AHEAD",
+    "BatchRow",
+    "STUDENT_TESTS",
+    "StudentSubmission",
+    "find_submissions",
+    "find_tests",
+    "grade_batch",
+    "write_csv",
+    "write_report",
+]
 
 STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
-CSV_FIELDS = ("student", "passed", "kill_rate", "killed", "total", "missing_required", "problems")
+JOURNAL = Path(".tdd") / "journal.jsonl"
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
+CSV_FIELDS = ("student", "passed", "kill_rate", "killed", "total", "missing_required", "journal", "problems")
+NO_JOURNAL = "no journal (.tdd/journal.jsonl) was submitted"  # as the service says it
+NOT_GRADED_SCHEMA = "mutagrade.not-graded/1"
+MAX_AHEAD = 8  # each submission prepared ahead replays in a worker (and a sandbox user) of its own
 
 
 class BatchRow(BaseModel):
@@ -38,6 +72,40 @@ class BatchRow(BaseModel):
     missing_required: list[str]
     problems: list[str]
     report: Report | None = None
+    journal: JournalSummary | None = None  # None: no journal, and none required
+
+    @property
+    def journal_cell(self) -> str:
+        """``verified``, ``not verified: <first problem> (and N more)`` or ``none``."""
+        journal = self.journal
+        if journal is None or not journal.checked:
+            return "none"
+        if journal.ok:
+            return "verified"
+        more = max(0, len(journal.problems) - 1) + journal.problems_omitted
+        first = journal.problems[0] if journal.problems else "it does not verify"
+        return cap_text(f"not verified: {first}" + (f" (and {more} more)" if more else ""))
+
+
+class NotGraded(BaseModel):
+    """The JSON report of a submission that could not be graded."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+    schema_: str = Field(default=NOT_GRADED_SCHEMA, alias="schema")
+    student: str
+    passed: bool = False
+    error: str
+    journal: JournalSummary | None = None
+
+
+@dataclass(frozen=True)
+class StudentSubmission:
+    """A student's entry in the submissions folder: normally one folder or archive; more than
+    one (``alice/`` and ``alice.zip``) is refused when graded."""
+
+    student: str
+    paths: tuple[Path, ...]
 
 
 def find_tests(submission: Path) -> Path:
@@ -46,6 +114,135 @@ def find_tests(submission: Path) -> Path:
     return nested if nested.is_dir() else submission
 
 
+def _archive_student(name: str) -> str | None:
+    return next((name[: -len(s)] for s in ARCHIVE_SUFFIXES if name.lower().endswith(s)), None)
+
+
+def find_submissions(submissions: Path) -> tuple[list[StudentSubmission], list[str]]:
+    """The students in ``submissions``, by name, and the entries that are none (named).
+
+    A folder is a student, and so is a regular file ending in ``.zip``, ``.tar.gz`` or ``.tgz``
+    (the student is the name without it); a link is a student too, refused when graded.
+    Hidden entries (``.DS_Store``) are left out without a word.
+    """
+    found: dict[str, list[Path]] = {}
+    skipped: list[str] = []
+    for path in sorted(submissions.iterdir()):
+        if path.name.startswith("."):
+            continue
+        mode = path.lstat().st_mode
+        student = path.name if stat.S_ISDIR(mode) or stat.S_ISLNK(mode) else None
+        if stat.S_ISREG(mode):
+            student = _archive_student(path.name)
+        if not student or student.startswith("."):
+            skipped.append(path.name)
+            continue
+        found.setdefault(student, []).append(path)
+    return [StudentSubmission(s, tuple(p)) for s, p in sorted(found.items())], skipped
+
+
+# ------------------------------------------------------------------- preparing
+class _Refused(Exception):
+    """The submission cannot be graded; the message says why."""
+
+
+@dataclass
+class _Prepared:
+    """A submission ready to grade: its tests, its journal's verification, or why not."""
+
+    student: str
+    tests: Path | None = None
+    journal: JournalSummary | None = None
+    error: str | None = None
+    label: Callable[[str], str] = str
+    _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def _relabel(root: Path, name: str) -> Callable[[str], str]:
+    """Messages name the submission's files as in the submission (``alice.zip/.tdd/...``), not
+    where the grader put them."""
+    prefix = str(root)
+    return lambda text: text.replace(prefix, name)
+
+
+def _read_archive(path: Path, limit: int) -> bytes:
+    """The archive's bytes, never more than one past the limit (the check then refuses it)."""
+    size = path.stat().st_size
+    if size > limit:
+        raise ArchiveError(f"the archive is {size} bytes; at most {limit} are accepted", 413)
+    with path.open("rb") as handle:
+        return handle.read(limit + 1)
+
+
+def _link_in_journal(root: Path) -> str | None:
+    """The first link among the journal's files (``.tdd/``), relative to ``root``: a folder
+    handed in may hold one that points out of it; an archive never does."""
+    tdd = root / ".tdd"
+    if tdd.is_symlink():
+        return ".tdd"
+    for folder, dirs, files in os.walk(tdd):  # links to folders are listed, not followed
+        for name in dirs + files:
+            if (Path(folder) / name).is_symlink():
+                return (Path(folder) / name).relative_to(root).as_posix()
+    return None
+
+
+def _journal_of(root: Path, tests: Path, *, layout: Layout, assignment: Assignment, limits: RunLimits,
+                label: Callable[[str], str]) -> JournalSummary | None:
+    """The journal's verification, as in ``mutagrade grade --journal``; ``None`` when there is
+    none and none is required."""
+    link = _link_in_journal(root)
+    if link is not None:
+        what = "the journal must be a file" if link == JOURNAL.as_posix() else "the journal's files must be files"
+        problem = label(f"{root / link}: a link; {what} of the submission")
+        return JournalSummary(checked=True, ok=False, problems=[problem])
+    journal = root / JOURNAL
+    if not journal.is_file():
+        if assignment.require_journal:
+            return JournalSummary(checked=True, ok=False, problems=[NO_JOURNAL])
+        return None
+    try:
+        summary = verify_journal(journal, tests, layout=layout, limits=limits)
+    except JournalFormatError as exc:  # graded all the same: the journal just does not verify
+        return JournalSummary(checked=True, ok=False, problems=[label(str(exc))])
+    return summary.model_copy(update={"problems": [label(p) for p in summary.problems]})
+
+
+def _prepare(entry: StudentSubmission, *, layout: Layout, assignment: Assignment, limits: RunLimits,
+             archive_limits: ArchiveLimits) -> _Prepared:
+    """Unpack the student's archive (or take the folder) and verify the journal."""
+    prepared = _Prepared(entry.student)
+    try:
+        if len(entry.paths) > 1:
+            names = ", ".join(p.name for p in entry.paths)
+            raise _Refused(f"two submissions for {entry.student}: {names}; keep one of them")
+        [path] = entry.paths
+        if path.is_symlink():
+            raise _Refused(f"{path.name} is a link; a student's submission must be a folder or an archive of its own")
+        if path.is_dir():
+            root, tests = path, find_tests(path)
+            prepared.label = _relabel(path, path.name)
+        else:
+            prepared._tmp = tempfile.TemporaryDirectory(prefix="mutagrade-batch-")
+            root = Path(prepared._tmp.name)
+            prepared.label = _relabel(root, path.name)
+            tests = unpack(_read_archive(path, archive_limits.max_bytes), root, archive_limits).tests
+        prepared.tests = tests
+        prepared.journal = _journal_of(root, tests, layout=layout, assignment=assignment, limits=limits,
+                                       label=prepared.label)
+    except (_Refused, ArchiveError, OSError) as exc:
+        prepared.error = prepared.label(str(exc))
+    except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
+        prepared.error = prepared.label(f"{exc}")
+    return prepared
+
+
+# --------------------------------------------------------------------- grading
 def _row(student: str, report: Report) -> BatchRow:
     problems = list(report.reasons) + list(report.problems)
     return BatchRow(
@@ -57,7 +254,13 @@ def _row(student: str, report: Report) -> BatchRow:
         missing_required=report.score.required_missing,
         problems=problems,
         report=report,
+        journal=report.journal,
     )
+
+
+def _not_graded(student: str, error: str, journal: JournalSummary | None) -> BatchRow:
+    return BatchRow(student=student, passed=False, kill_rate=0.0, killed=0, total=0, missing_required=[],
+                    problems=[cap_text(f"could not be graded: {error}")], journal=journal)
 
 
 def grade_batch(
@@ -69,17 +272,25 @@ def grade_batch(
     audience: str = "staff",
     on_done: Callable[[BatchRow], None] | None = None,
     sandbox: SandboxMode | str = SandboxMode.AUTO,
+    reports: Path | None = None,
+    ahead: int = 2,
+    archive_limits: ArchiveLimits = ArchiveLimits(),
 ) -> list[BatchRow]:
-    """Grade every sub-folder of ``submissions``, in name order.
+    """Grade every student of ``submissions`` (see :func:`find_submissions`), in name order.
 
     Args:
-        submissions: one sub-folder per student, named after the student.
+        submissions: one folder or archive per student, named after the student.
         layout: the checkout (reference, mutants).
-        assignment: threshold, validity rules, limits.
+        assignment: threshold, validity rules, journal, limits.
         policy: run the static policy check.
         audience: whose view the reports take (staff by default).
         on_done: called with each row as soon as it is graded (a progress bar).
-        sandbox: the sandbox mode of every grading (see :func:`grader.grading.grade_suite`).
+        sandbox: the sandbox mode of every grading and replay (see :func:`grader.grading.grade_suite`).
+        reports: write each student's JSON report here (``<student>.json``), a submission that
+            could not be graded included (its error).
+        ahead: submissions prepared (unpacked, journal replayed) while one is graded; 0 one
+            after the other.
+        archive_limits: the archives' limits (by default the service's).
 
     Returns:
         One row per student.
@@ -88,42 +299,90 @@ def grade_batch(
         SandboxUnavailable: if ``sandbox`` needs a layer this machine lacks (checked once,
             before any student, rather than failing every row the same way).
     """
+    if not 0 <= ahead <= MAX_AHEAD:
+        raise ValueError(f"ahead: expected 0 to {MAX_AHEAD} submissions prepared ahead, got {ahead}")
     check_mode(sandbox)
-    folders = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+    students, _ = find_submissions(submissions)
+    limits = replace(assignment.run_limits(), sandbox=SandboxMode(sandbox))
+    if reports is not None:
+        reports.mkdir(parents=True, exist_ok=True)
     rows = []
     # Two workers kept warm for the whole batch: each submission pays its own runs, not the
     # workers' start-up.
-    with WorkerPool(layout=layout, limits=replace(assignment.run_limits(), sandbox=SandboxMode(sandbox))) as pool:
-        for folder in folders:
-            row = _grade_one(folder, pool, layout=layout, assignment=assignment, policy=policy,
-                             audience=audience, sandbox=sandbox)
+    queue = _prepared(students, ahead, layout=layout, assignment=assignment, limits=limits,
+                      archive_limits=archive_limits)
+    with WorkerPool(layout=layout, limits=limits) as pool, closing(queue):
+        for prepared in queue:
+            try:
+                row = _grade_one(prepared, pool, layout=layout, assignment=assignment, policy=policy,
+                                 audience=audience, sandbox=sandbox)
+            finally:
+                prepared.close()
+            if reports is not None:
+                write_report(row, reports)
             rows.append(row)
             if on_done is not None:
                 on_done(row)
     return rows
 
 
-def _grade_one(
-    folder: Path, pool: WorkerPool, *, layout: Layout, assignment: Assignment, policy: bool,
-    audience: str, sandbox: SandboxMode | str,
-) -> BatchRow:
+def _prepared(students: list[StudentSubmission], ahead: int, **how) -> Iterator[_Prepared]:
+    """Each student prepared, in order, ``ahead`` of them at a time in threads of their own
+    while the caller grades the one before (at most ``ahead + 1`` unpacked at once)."""
+    pending: deque[Future[_Prepared]] = deque()
+    queue = iter(students)
+    executor = ThreadPoolExecutor(max_workers=max(1, ahead), thread_name_prefix="mutagrade-prepare")
+
+    def fill(size: int) -> None:
+        while len(pending) < size and (student := next(queue, None)) is not None:
+            pending.append(executor.submit(_prepare, student, **how))
+
+    try:
+        fill(max(1, ahead))
+        while pending:
+            prepared = pending.popleft().result()
+            fill(ahead)  # the next ones start before this one is graded
+            yield prepared
+            fill(max(1, ahead))
+    finally:
+        for future in pending:  # the batch stopped early: nothing unpacked is left behind
+            if not future.cancel():
+                future.result().close()
+        executor.shutdown(wait=True)
+
+
+def _grade_one(prepared: _Prepared, pool: WorkerPool, *, layout: Layout, assignment: Assignment, policy: bool,
+               audience: str, sandbox: SandboxMode | str) -> BatchRow:
+    if prepared.error is not None or prepared.tests is None:
+        return _not_graded(prepared.student, prepared.error or "nothing to grade", prepared.journal)
     try:
         report = grade_suite(
-            find_tests(folder),
+            prepared.tests,
             layout=layout,
             assignment=assignment,
             policy=policy,
+            journal=prepared.journal,
             audience=audience,
-            submission=folder.name,
+            submission=prepared.student,
             sandbox=sandbox,
             pool=pool,
         )
-        return _row(folder.name, report)
     except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-        return BatchRow(
-            student=folder.name, passed=False, kill_rate=0.0, killed=0, total=0,
-            missing_required=[], problems=[f"could not be graded: {exc}"],
-        )
+        return _not_graded(prepared.student, prepared.label(str(exc)), prepared.journal)
+    return _row(prepared.student, report)
+
+
+def write_report(row: BatchRow, folder: Path) -> Path:
+    """Write ``<student>.json`` into ``folder``: the report, or the error of a submission that
+    could not be graded (``mutagrade.not-graded/1``)."""
+    path = folder / f"{row.student}.json"
+    if row.report is not None:
+        text = row.report.model_dump_json(indent=2)
+    else:
+        text = NotGraded(student=row.student, error=row.problems[0] if row.problems else "",
+                         journal=row.journal).model_dump_json(indent=2)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
 
 
 def write_csv(rows: Iterable[BatchRow], path: Path) -> None:
@@ -138,6 +397,7 @@ def write_csv(rows: Iterable[BatchRow], path: Path) -> None:
                 row.killed,
                 row.total,
                 " ".join(row.missing_required),
+                row.journal_cell,
                 " | ".join(row.problems),
             ]
             for row in rows

@@ -1,7 +1,7 @@
 """The ``mutagrade`` command line: a thin layer over the library functions.
 
-Exit codes: 0 success, 1 a check ran and did not pass, 2 bad input (path, manifest, patch),
-3 internal error.
+Exit codes: 0 success, 1 a check ran and did not pass, 2 bad input (path, manifest, patch,
+a policy violation, more tests than the grader takes), 3 internal error.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
 def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
     from grader.grading import grade_suite
     from grader.journal import verify_journal
-    from grader.report import render
+    from grader.report.github import append_job_summary
 
     if not gc.isenabled():
         # The command's own process: the collector was off while the grader was imported (see
@@ -246,47 +246,64 @@ def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
         journal = verify_journal(
             Path(args.journal), Path(args.tests_dir), layout=layout, limits=assignment.run_limits(args.jobs)
         )
+    # Gradescope may reveal the hidden mutants after the due date (the assignment says): that
+    # takes the staff report; all the rest shows its student view.
+    reveal = args.format == "gradescope" and args.audience == "student" and assignment.gradescope_hidden_hints != "never"
     report = grade_suite(
         Path(args.tests_dir),
         layout=layout,
         assignment=assignment,
         policy=args.policy == "on",
         journal=journal,
-        audience=args.audience,
+        audience="staff" if reveal else args.audience,
         jobs=args.jobs,
         sandbox=args.sandbox,
         full_matrix=args.full_matrix,
         launched=launched,
     )
-    text = render(report, args.format)
+    staff = None
+    if reveal:
+        from grader.scoring import student_view
+        from grader.variants import build_variants
+
+        staff, report = report, student_view(report, build_variants(layout))
+    text = _render(report, args.format, assignment, revealed=staff)
     if args.output:
         Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
     else:
         print(text)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:  # on GitHub Actions the job summary gets the Markdown report too
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(render(report, "github") + "\n")
-    if not report.policy.ok:
+    append_job_summary(report)  # on GitHub Actions the job summary gets the Markdown report too
+    if report.input_refused:  # a policy violation, or more tests than the grader takes
         return EXIT_BAD_INPUT
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
+
+
+def _render(report, fmt: str, assignment, revealed=None) -> str:
+    """The report in ``fmt``; Gradescope's scored as the assignment says."""
+    if fmt != "gradescope":
+        from grader.report import render
+
+        return render(report, fmt)
+    from grader.report.gradescope import gradescope_options, render_gradescope
+
+    return render_gradescope(report, gradescope_options(assignment), revealed=revealed)
 
 
 def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from grader.batch import grade_batch, write_csv
+    from grader.batch import find_submissions, grade_batch, write_csv
 
     submissions = Path(args.submissions_dir)
+    expected = "one folder or archive (.zip, .tar.gz) per student"
     if not submissions.is_dir():
-        raise UsageError(f"{submissions}: expected a directory with one sub-directory per student")
-    students = [p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        raise UsageError(f"{submissions}: expected a directory with {expected}")
+    students, skipped = find_submissions(submissions)
+    for name in skipped:
+        print(f"mutagrade: {name}: skipped: neither a folder nor a .zip or .tar.gz archive", file=sys.stderr)
     if not students:
-        raise UsageError(f"{submissions}: expected one sub-directory per student, found none")
+        raise UsageError(f"{submissions}: expected {expected}, found none")
     assignment = _assignment(args, layout)
-    reports = Path(args.reports) if args.reports else None
-    if reports:
-        reports.mkdir(parents=True, exist_ok=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task("grading", total=len(students))
@@ -294,10 +311,9 @@ def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
         def done(row) -> None:
             mark = "passed" if row.passed else "not passed"
             progress.update(task, advance=1, description=f"graded {row.student}: {mark}")
-            if reports and row.report is not None:
-                (reports / f"{row.student}.json").write_text(row.report.model_dump_json(indent=2))
 
-        rows = grade_batch(submissions, layout=layout, assignment=assignment, policy=args.policy == "on", on_done=done)
+        rows = grade_batch(submissions, layout=layout, assignment=assignment, policy=args.policy == "on",
+                           on_done=done, reports=Path(args.reports) if args.reports else None, ahead=args.ahead)
     write_csv(rows, Path(args.output))
     passed = sum(r.passed for r in rows)
     print(f"{len(rows)} submissions graded, {passed} passed; gradebook written to {args.output}")
@@ -347,11 +363,11 @@ def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
 
 def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
     from grader.check import check_repo
-    from grader.report import render
 
-    report = check_repo(_student_repo(args), layout=layout, assignment=_assignment(args, layout), sandbox=_local_sandbox())
-    print(render(report, args.format))
-    if not report.policy.ok:
+    assignment = _assignment(args, layout)
+    report = check_repo(_student_repo(args), layout=layout, assignment=assignment, sandbox=_local_sandbox())
+    print(_render(report, args.format, assignment))
+    if report.input_refused:  # a policy violation, or more tests than the grader takes
         return EXIT_BAD_INPUT
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
 
@@ -382,19 +398,28 @@ def _admin_session(args: argparse.Namespace):
 
 def _cmd_admin(args: argparse.Namespace, layout: Layout) -> int:
     from api import crud
-    from api.db import Submission
+    from api.db import Submission, User
 
     with _admin_session(args) as session:
         if args.verb == "token-create":
+            existed = session.query(User).filter_by(name=args.user).one_or_none() is not None
             try:
-                user, token = crud.create_user(session, name=args.user, role=args.role)
+                user, token = crud.create_user(session, name=args.user, role=args.role, replace=args.replace)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             print(token)
-            print(f"token for {user.name} ({user.role}); it is shown only once", file=sys.stderr)
+            replaced = "; it replaced the old one, which no longer works" if existed else ""
+            print(f"token for {user.name} ({user.role}){replaced}; it is shown only once", file=sys.stderr)
+        elif args.verb == "token-revoke":
+            try:
+                had = crud.revoke_token(session, name=args.user)
+            except LookupError as exc:
+                raise UsageError(str(exc)) from None
+            print(f"revoked the token of {args.user}" if had else f"the token of {args.user} was revoked already")
         elif args.verb == "token-list":
             for user in crud.list_users(session):
-                print(f"{user.name}\t{user.role}\t{crud.as_utc(user.created_at)}")
+                revoked = "\trevoked" if user.token_hash is None else ""
+                print(f"{user.name}\t{user.role}\t{crud.as_utc(user.created_at)}{revoked}")
         elif args.verb == "regrade":
             ids = args.ids
             if args.failed:
@@ -443,6 +468,12 @@ def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
     return run_demo(layout)
 
 
+def _cmd_bundle(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.bundle import run_bundle_command
+
+    return run_bundle_command(args, layout)
+
+
 # ------------------------------------------------------------------------ parser
 def _root_parser(kind: type[argparse.ArgumentParser] = argparse.ArgumentParser):
     parser = kind(prog="mutagrade", description="Mutation grading of test-first GRU test suites.")
@@ -478,9 +509,12 @@ def _add_grade(commands: argparse._SubParsersAction) -> None:
 
 def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     batch = commands.add_parser("grade-batch", help="grade every student's submission into a CSV gradebook")
-    batch.add_argument("submissions_dir", help="one sub-directory per student")
+    batch.add_argument("submissions_dir", help="one folder or archive (.zip, .tar.gz) per student")
     batch.add_argument("--output", required=True, help="the CSV gradebook to write")
-    batch.add_argument("--reports", help="also write each student's JSON report into this directory")
+    batch.add_argument("--reports", help="also write each student's JSON report (or error) into this directory")
+    batch.add_argument("--ahead", type=int, default=2, choices=range(9), metavar="N",  # grader.batch.MAX_AHEAD
+                       help="submissions unpacked and journals replayed while one is graded, 0 to 8 "
+                       "(default 2; 0: one after the other)")
     batch.add_argument("--policy", choices=("on", "off"), default="on")
     batch.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     batch.set_defaults(run=_cmd_grade_batch)
@@ -509,11 +543,16 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
 
     admin = commands.add_parser("admin", help="staff: tokens and regrades (database from MUTAGRADE_DATABASE_URL)")
     admin_verbs = admin.add_subparsers(dest="admin_verb", required=True, metavar="VERB")
-    token = admin_verbs.add_parser("token", help="create or list tokens").add_subparsers(dest="token_verb", required=True)
+    token = admin_verbs.add_parser("token", help="create, revoke or list tokens").add_subparsers(
+        dest="token_verb", required=True)
     create = token.add_parser("create", help="create a user's token (printed once)")
     create.add_argument("--user", required=True)
     create.add_argument("--role", required=True, choices=("student", "staff"))
+    create.add_argument("--replace", action="store_true", help="an existing user: a new token and role (the old token ends)")
     create.set_defaults(run=_cmd_admin, verb="token-create")
+    revoke = token.add_parser("revoke", help="end a user's token at once")
+    revoke.add_argument("user")
+    revoke.set_defaults(run=_cmd_admin, verb="token-revoke")
     token.add_parser("list", help="every user and role").set_defaults(run=_cmd_admin, verb="token-list")
     regrade = admin_verbs.add_parser("regrade", help="queue submissions for grading again")
     regrade.add_argument("ids", nargs="*", type=int)
@@ -542,6 +581,14 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
 
     demo = commands.add_parser("demo", help="the course tests on the reference, and the hand example")
     demo.set_defaults(run=_cmd_demo)
+
+    bundle = commands.add_parser("bundle", help="staff: a ready-to-upload autograder (Gradescope)")
+    bundle.add_argument("target", choices=("gradescope",))
+    bundle.add_argument("--output", required=True, help="the zip to write, e.g. autograder.zip")
+    bundle.add_argument("--repository", help="setup.sh clones this course repository instead of a copy in the zip")
+    bundle.add_argument("--ref", help="the branch or tag of --repository to clone")
+    bundle.add_argument("--assignment", help="the assignment file to grade with (default: mutants/assignment.toml)")
+    bundle.set_defaults(run=_cmd_bundle)
 
     variants = commands.add_parser("variants", help="list, show or export the variants")
     verbs = variants.add_subparsers(dest="verb", required=True, metavar="VERB")

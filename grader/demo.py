@@ -26,7 +26,8 @@ def demo_sandbox(status: SandboxStatus) -> tuple[SandboxMode, str | None]:
 
     The demo runs only trusted code (the reference, the course tests, the bundled example), so
     on a machine whose sandbox is not set up it runs with none rather than refusing; grading
-    untrusted code still refuses there.
+    untrusted code still refuses there. A user without root has the sandbox where the kernel
+    allows unprivileged user namespaces (the userns layer stands in for the sandbox users).
     """
     missing = status.missing(SandboxMode.AUTO)
     if not missing:
@@ -34,7 +35,8 @@ def demo_sandbox(status: SandboxStatus) -> tuple[SandboxMode, str | None]:
     names = ", ".join(s.layer.value for s in missing)
     return SandboxMode.NONE, (
         f"sandbox: not set up here (missing {names}): the demo runs its bundled, trusted example "
-        f"with --sandbox none; grading untrusted code refuses until root runs {SETUP_SCRIPT}"
+        f"with --sandbox none; grading untrusted code refuses until root runs {SETUP_SCRIPT} "
+        "(or, for a user without root, until the kernel allows unprivileged user namespaces)"
     )
 
 

@@ -13,14 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.assignment import Assignment
+from grader.caps import bound_journal, cap_text
 from grader.launch import Launched
 from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
-from grader.policy import check_suite
-from grader.matrix import WorkerPool, run_matrix
+from grader.policy import find_violations
+from grader.matrix import Matrix, WorkerPool, run_matrix
 from grader.sandbox import SandboxMode, check_mode
 from grader.scoring import score_suite, shown_ids
-from grader.variants import VariantKind, build_variants
+from grader.variants import Variant, VariantKind, build_variants
 
 __all__ = ["GradingInputError", "grade_suite"]
 
@@ -77,7 +78,9 @@ def grade_suite(
             of starting two for this grading.
 
     Returns:
-        The report. A policy violation gives a report with ``policy.ok`` false and nothing run.
+        The report. A policy violation gives a report with ``policy.ok`` false and nothing run;
+        a suite of more tests than ``grader.caps.MAX_TESTS`` a report with ``refused`` saying
+        so, once the reference's runs have collected them and nothing else was run.
 
     Raises:
         GradingInputError: if ``tests_dir`` is not a directory holding Python files.
@@ -102,34 +105,18 @@ def _grade(
     if launched is not None and (launched.tests_dir != tests_dir or launched.mode is not mode):
         raise ValueError(f"the workers were started for {launched.tests_dir} ({launched.mode.value}), "
                          f"not for {tests_dir} ({mode.value})")
-    name = submission or str(tests_dir)
+    name = cap_text(submission or str(tests_dir))
     variants = build_variants(layout)
     if policy:
-        violations = check_suite(tests_dir)
-        summary = PolicySummary(ok=not violations, checked=True, violations=[str(v) for v in violations])
+        findings = find_violations(tests_dir)
+        summary = PolicySummary(ok=not findings.total, checked=True, violations=[cap_text(str(v)) for v in findings.violations],
+                                violations_omitted=findings.omitted)
     else:
         summary = PolicySummary(ok=True, checked=False)
     if not summary.ok:
-        mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
-        names = shown_ids(variants, audience)
-        required = [names[m.id] for m in mutants if m.spec.required]
-        return Report(
-            submission=name,
-            audience=audience,
-            passed=False,
-            reasons=[f"the policy check failed ({len(summary.violations)} violation(s)): nothing was run"],
-            score=Score(
-                kill_rate=0.0, killed=0, total=len(mutants), threshold=assignment.threshold,
-                required=required,
-                required_missing=required,
-            ),
-            tests=[],
-            mutants=[],
-            variants=[],
-            policy=summary,
-            journal=journal or JournalSummary(),
-            timing=Timing(total_s=round(time.monotonic() - started, 3)),
-        )
+        return _not_graded(f"the policy check failed ({summary.found} violation(s)): nothing was run", name=name,
+                           variants=variants, assignment=assignment, audience=audience, policy=summary,
+                           journal=journal, timing=Timing(total_s=round(time.monotonic() - started, 3)))
     limits = replace(assignment.run_limits(jobs), sandbox=mode)
     if pool is not None:
         matrix = pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix)
@@ -144,6 +131,10 @@ def _grade(
         cpu_s=matrix.cpu_s,
         not_run=sum(r.outcome is Outcome.NOT_RUN for run in matrix.first.values() for r in run.results),
     )
+    refused = _too_many_tests(matrix, limits.max_tests)
+    if refused:
+        return _not_graded(refused, name=name, variants=variants, assignment=assignment, audience=audience,
+                           policy=summary, journal=journal, timing=timing)
     return score_suite(
         submission=name,
         matrix=matrix,
@@ -153,4 +144,42 @@ def _grade(
         policy=summary,
         journal=journal,
         timing=timing,
+    )
+
+
+def _too_many_tests(matrix: Matrix, limit: int | None) -> str:
+    """Why the suite is refused for its number of tests, from the reference's runs; empty if it is not."""
+    runs = [matrix.first.get("reference"), matrix.second.get("reference")]
+    over = max((run.tests_over_limit for run in runs if run is not None), default=0)
+    if not over:
+        return ""
+    return f"the suite has {over} tests, more than the limit of {limit}: nothing else was run"
+
+
+def _not_graded(
+    why: str, *, name: str, variants: list[Variant], assignment: Assignment, audience: str, policy: PolicySummary,
+    journal: JournalSummary | None, timing: Timing,
+) -> Report:
+    """The report of a suite that could not be graded as it is: nothing of it counts, and
+    ``why`` says what to change (a policy violation, or more tests than the grader takes)."""
+    mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
+    names = shown_ids(variants, audience)
+    required = [names[m.id] for m in mutants if m.spec.required]
+    return Report(
+        submission=name,
+        audience=audience,
+        passed=False,
+        reasons=[why],
+        score=Score(
+            kill_rate=0.0, killed=0, total=len(mutants), threshold=assignment.threshold,
+            required=required,
+            required_missing=required,
+        ),
+        tests=[],
+        mutants=[],
+        variants=[],
+        policy=policy,
+        journal=bound_journal(journal or JournalSummary()),
+        timing=timing,
+        refused="" if not policy.ok else why,
     )

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import queue
 import random
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 from grader.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
-from grader.models import Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.paths import Layout
 from grader.runner import RunLimits, WorkerProcess, _Result, _silence_limit, close_all
 from grader.sandbox import SandboxMode
@@ -38,15 +39,17 @@ __all__ = ["RECHECK", "RECHECK_EVERY", "BudgetStop", "Matrix", "WorkerPool", "ru
 
 RECHECK = 4  # the attempt number of a run of the reference made again late in a grading
 RECHECK_EVERY = 3  # about one such run for every this many confirming or continuing runs
+_WALL_SLACK = 10.0  # seconds the workers have to report their runs stopped by the wall-clock budget
 
 
 @dataclass(frozen=True)
 class BudgetStop:
-    """Where the grading budget ran out."""
+    """Where a grading budget ran out, and which (its CPU seconds or its wall-clock seconds)."""
 
     budget: float
     test: str
     variant: str
+    kind: Budget = Budget.CPU
 
 
 @dataclass(frozen=True)
@@ -136,21 +139,34 @@ def _merge(earlier: SuiteRun, later: SuiteRun) -> SuiteRun:
 
 
 class _Budget:
-    """CPU seconds spent by every run so far, against the grading budget."""
+    """CPU seconds spent by every run so far, against the grading's CPU budget; the time since
+    the first run was sent, against its wall-clock budget."""
 
-    def __init__(self, budget: float | None) -> None:
+    def __init__(self, budget: float | None, wall: float | None = None) -> None:
         self.budget = budget
+        self.wall = wall
         self.spent = 0.0
+        self.deadline: float | None = None
+
+    def start(self) -> None:
+        """The first run is sent: the wall clock starts."""
+        if self.wall is not None:
+            self.deadline = time.monotonic() + self.wall
 
     def left(self) -> float | None:
         return None if self.budget is None else max(0.0, self.budget - self.spent)
 
+    def wall_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
     def charge(self, run: SuiteRun) -> BudgetStop | None:
         self.spent += run.cpu_s
+        if run.budget_exceeded:
+            kind = run.budget or Budget.CPU
+            budget = self.wall if kind is Budget.WALL else self.budget
+            return BudgetStop(budget or 0.0, run.budget_exceeded, run.variant, kind)
         if self.budget is None:
             return None
-        if run.budget_exceeded:
-            return BudgetStop(self.budget, run.budget_exceeded, run.variant)
         if self.spent > self.budget:
             slowest = max(run.results, key=lambda r: r.duration, default=None)
             return BudgetStop(self.budget, slowest.test_id if slowest else "(collecting the tests)", run.variant)
@@ -169,7 +185,7 @@ class _MatrixRun:
         self.owns = pooled is None  # a pool's workers outlive this grading, unless it goes wrong
         self.launched = launched  # started by the caller, who also closes them
         self.results: queue.Queue[_Result] = pooled[0].results if pooled else queue.Queue()
-        self.budget = _Budget(limits.cpu_budget)
+        self.budget = _Budget(limits.cpu_budget, limits.wall_budget)
         self.first: dict[str, SuiteRun] = {}
         self.second: dict[str, SuiteRun] = {}
         self.stop: BudgetStop | None = None
@@ -225,7 +241,7 @@ class _MatrixRun:
             self.close()
 
     def _send_to(self, worker: WorkerProcess, run: WorkerRun) -> None:
-        worker.submit(run, cpu_budget=self.budget.left())
+        worker.submit(run, cpu_budget=self.budget.left(), wall_budget=self.budget.wall_left())
         self.in_flight += 1
         self.busy[worker] = self.busy.get(worker, 0) + 1
 
@@ -247,9 +263,17 @@ class _MatrixRun:
         """The next result (once the budget has run out, everything is stopped and what was
         running comes back as it is)."""
         while True:
+            wall_left = self.budget.wall_left()
+            timeout = _silence_limit(self.limits)
+            if wall_left is not None and self.stop is None:
+                timeout = min(timeout, wall_left + _WALL_SLACK)
             try:
-                item = self.results.get(timeout=_silence_limit(self.limits))
+                item = self.results.get(timeout=timeout)
             except queue.Empty:
+                if self.stop is None and self.budget.wall_left() == 0.0:
+                    # The workers stop their runs when the wall-clock budget runs out; they did
+                    # not answer in time either: every run still out is stopped from here.
+                    self.stop = BudgetStop(self.budget.wall or 0.0, "(a run that did not report)", "", Budget.WALL)
                 self.close()  # silent too long: what they never reported comes back crashed
                 continue
             self.in_flight -= 1
@@ -267,6 +291,7 @@ class _MatrixRun:
         wheats = [v for v in self.variants.values() if v.kind is VariantKind.WHEAT]
         mutants = [v for v in self.variants.values() if v.kind is VariantKind.MUTANT]
         # The reference under both hash seeds at once, one run in each worker.
+        self.budget.start()
         for worker in (self.seed_two, self.seed_one):
             self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source))
         references: dict[int, SuiteRun] = {}  # by hash seed

@@ -32,6 +32,13 @@ __all__ = [
 ]
 
 
+class Budget(StrEnum):
+    """Which of a grading's budgets ran out."""
+
+    CPU = "cpu"  # CPU seconds of every run together
+    WALL = "wall"  # wall-clock seconds of the grading
+
+
 class Outcome(StrEnum):
     """What happened to one test on one variant."""
 
@@ -76,6 +83,9 @@ class SuiteRun(BaseModel):
     cpu_s: float = 0.0  # CPU seconds the run's child used (user and system)
     stopped_early: bool = False  # stopped after its first test that did not pass, as asked
     budget_exceeded: str = ""  # the test running when the grading budget ran out
+    budget: Budget | None = None  # which budget ran out, with budget_exceeded
+    # How many tests the run collected, when more than the job allows: then none of them ran.
+    tests_over_limit: int = 0
     phases: dict[str, float] = {}  # seconds: "setup" (lock-down, the variant), "collect", "run"
 
     def outcome(self, test_id: str) -> Outcome:
@@ -170,6 +180,8 @@ class JournalSummary(BaseModel):
     entries: int = 0
     history: dict[str, str] = {}  # test id -> "red at entry 3, green at entry 4"
     replay_s: float = 0.0  # time spent re-running the snapshots
+    problems_omitted: int = 0  # problems found beyond those listed (grader.caps)
+    history_omitted: int = 0  # tests whose history is not listed
 
 
 class CourseTestResult(BaseModel):
@@ -202,6 +214,12 @@ class PolicySummary(BaseModel):
     ok: bool = True
     checked: bool = True
     violations: list[str] = []
+    violations_omitted: int = 0  # violations found beyond those listed (grader.caps)
+
+    @property
+    def found(self) -> int:
+        """Every violation found, listed or not."""
+        return len(self.violations) + self.violations_omitted
 
 
 class Timing(BaseModel):
@@ -233,3 +251,14 @@ class Report(BaseModel):
     implementation: ImplementationCheck = ImplementationCheck()
     problems: list[str] = []  # collection errors, crashed runs: what went wrong while running
     timing: Timing = Timing()
+    # Why the suite was refused as a whole after it was collected (more tests than the grader
+    # takes): nothing else was run. Empty when it was graded.
+    refused: str = ""
+    problems_omitted: int = 0  # problems beyond those listed (grader.caps)
+    tests_omitted: int = 0  # tests not listed: only a report shortened to be stored leaves any out
+
+    @property
+    def input_refused(self) -> bool:
+        """Whether the suite could not be graded as it is (exit code 2): it breaks the policy,
+        or a rule of the grader such as the number of tests."""
+        return not self.policy.ok or bool(self.refused)

@@ -19,6 +19,11 @@ allowed module exposes another module (``dataclasses.builtins``, ``typing.types`
 too, and so are files that Python could import other than the ``.py`` files this check reads:
 compiled and extension modules. A ``__pycache__`` folder (Python writes one wherever a student
 runs the tests) is passed over: it is never copied into a run.
+
+Its own cost is bounded too (:mod:`grader.caps`): a test file over ``MAX_TEST_FILE_BYTES`` is
+refused unread (parsing one costs hundreds of bytes of memory for each byte of source), and
+:func:`find_violations` keeps only the first violations it finds, counting the rest, however
+many a suite holds.
 """
 
 from __future__ import annotations
@@ -29,16 +34,22 @@ import io
 import re
 import sys
 import tokenize
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, field_validator
+
+from grader.caps import MAX_ID_CHARS, MAX_LISTED, MAX_TEST_FILE_BYTES, cap_text
 
 __all__ = [
     "DEFAULT_ALLOWED_IMPORTS",
     "PolicyConfig",
+    "PolicyFindings",
     "Violation",
     "check_source",
     "check_suite",
+    "find_violations",
 ]
 
 DEFAULT_ALLOWED_IMPORTS: tuple[str, ...] = (
@@ -138,6 +149,10 @@ _WHY_ENCODING = (
     "test files must be UTF-8; Python would read this file differently from this check"
 )
 _WHY_TOO_DEEP = "Python cannot compile expressions nested this deeply; simplify them"
+_WHY_TOO_LARGE = (
+    f"a test file may be at most {MAX_TEST_FILE_BYTES // 1024} KiB ({MAX_TEST_FILE_BYTES} bytes); "
+    "split it into smaller files"
+)
 
 # Names that are rejected in any role: read, assigned, deleted or imported.
 _NAME_RULES: tuple[tuple[frozenset[str], str], ...] = (
@@ -306,21 +321,64 @@ class PolicyConfig(BaseModel):
         return value
 
 
-# ---------------------------------------------------------------------------- public API
-def check_suite(tests_dir: Path, config: PolicyConfig = PolicyConfig()) -> list[Violation]:
-    """Check every file under ``tests_dir``, recursively, without following links.
+@dataclass(frozen=True)
+class PolicyFindings:
+    """What :func:`find_violations` found: the first violations, and how many more there were."""
 
-    ``.py`` files are parsed and checked; a ``conftest.py``, a link, a special file (fifo,
-    device, socket) or a compiled or extension module (``.pyc``, ``.pyo``, ``.so``, ``.pyd``,
-    ``.dll``, ``.dylib``) anywhere is a violation; ``__pycache__`` folders (never copied into a
-    run) and other files (data such as ``.npz``, ``.json`` or ``.txt``) are passed over.
+    violations: list[Violation]
+    omitted: int = 0
+
+    @property
+    def total(self) -> int:
+        return len(self.violations) + self.omitted
+
+
+class _Found:
+    """Violations as they are found, as plain tuples: the first ``limit`` in order (path, line,
+    column, what) are kept and the rest counted, so that a file of 200,000 refused lines costs
+    no more memory than one of 50. ``limit`` None keeps every one."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.items: list[tuple[str, int, int, str, str]] = []
+        self.dropped = 0
+
+    def add(self, path: str, line: int, col: int, what: str, why: str) -> None:
+        self.items.append((path, line, col, cap_text(what, MAX_ID_CHARS), why))
+        if self.limit is not None and len(self.items) >= 2 * self.limit + 64:
+            self._trim()
+
+    def merge(self, other: _Found) -> None:
+        for item in other.items:
+            self.add(*item)
+        self.dropped += other.dropped
+
+    def _trim(self) -> None:
+        self.items.sort(key=lambda item: item[:4])
+        if self.limit is not None and len(self.items) > self.limit:
+            self.dropped += len(self.items) - self.limit
+            del self.items[self.limit:]
+
+    def findings(self) -> PolicyFindings:
+        self._trim()
+        violations = [Violation(path=p, line=line, col=col, what=what, why=why) for p, line, col, what, why in self.items]
+        return PolicyFindings(violations=violations, omitted=self.dropped)
+
+
+# ---------------------------------------------------------------------------- public API
+def find_violations(
+    tests_dir: Path, config: PolicyConfig = PolicyConfig(), *, limit: int | None = MAX_LISTED
+) -> PolicyFindings:
+    """Check every file under ``tests_dir`` as :func:`check_suite` does, keeping the first
+    ``limit`` violations (None: all) and counting the rest.
 
     Args:
         tests_dir: the submitted suite.
         config: what the suite may import.
+        limit: how many violations to list.
 
     Returns:
-        The violations, sorted by path, line and column; empty when the suite is clean.
+        The first violations, sorted by path, line and column, and how many more there were.
 
     Raises:
         ValueError: if ``tests_dir`` is not a directory.
@@ -328,10 +386,33 @@ def check_suite(tests_dir: Path, config: PolicyConfig = PolicyConfig()) -> list[
     tests_dir = Path(tests_dir)
     if not tests_dir.is_dir():
         raise ValueError(f"tests_dir must be a directory, got {str(tests_dir)!r}")
-    violations: list[Violation] = []
+    found = _Found(limit)
     for entry in _walk(tests_dir):
-        violations.extend(_check_entry(entry, entry.relative_to(tests_dir).as_posix(), config))
-    return _sorted(violations)
+        _check_entry(entry, entry.relative_to(tests_dir).as_posix(), config, found)
+    return found.findings()
+
+
+def check_suite(tests_dir: Path, config: PolicyConfig = PolicyConfig()) -> list[Violation]:
+    """Check every file under ``tests_dir``, recursively, without following links.
+
+    ``.py`` files are parsed and checked; a ``conftest.py``, a link, a special file (fifo,
+    device, socket), a compiled or extension module (``.pyc``, ``.pyo``, ``.so``, ``.pyd``,
+    ``.dll``, ``.dylib``) or a ``.py`` file over ``MAX_TEST_FILE_BYTES`` (not read) anywhere is
+    a violation; ``__pycache__`` folders (never copied into a run) and other files (data such as
+    ``.npz``, ``.json`` or ``.txt``) are passed over.
+
+    Args:
+        tests_dir: the submitted suite.
+        config: what the suite may import.
+
+    Returns:
+        The violations, sorted by path, line and column; empty when the suite is clean. All of
+        them: :func:`find_violations` keeps the first few of a suite that may hold thousands.
+
+    Raises:
+        ValueError: if ``tests_dir`` is not a directory.
+    """
+    return find_violations(tests_dir, config, limit=None).violations
 
 
 def check_source(
@@ -347,63 +428,79 @@ def check_source(
     Returns:
         The violations, sorted by line and column; empty when the file is clean.
     """
+    found = _Found(None)
+    _check_text(source, path, config, found)
+    return found.findings().violations
+
+
+def _check_text(source: str, path: str, config: PolicyConfig, found: _Found) -> None:
     source = source.removeprefix("\ufeff")  # a byte-order mark, as Python drops it
     if "\x00" in source:  # the parser rejects these without saying where
         line, col = _char_position(source, source.index("\x00"))
-        return [Violation(path=path, line=line, col=col, what="null byte", why=_WHY_SYNTAX)]
+        found.add(path, line, col, "null byte", _WHY_SYNTAX)
+        return
     encoding = _declared_encoding(source)
     if encoding not in _UTF8:
-        return [Violation(path=path, line=1, col=0, what=f"encoding declaration {encoding!r}",
-                          why=_WHY_ENCODING)]
+        found.add(path, 1, 0, f"encoding declaration {encoding!r}", _WHY_ENCODING)
+        return
+    # The file's own findings, apart: a file too deeply nested for the checker is one violation.
+    mine = _Found(found.limit)
     try:
         tree = ast.parse(source, filename=path)
-        return _sorted(_Checker(path=path, source=source, config=config).check(tree))
+        _Checker(path=path, source=source, config=config, found=mine).check(tree)
     except SyntaxError as error:
-        return [_syntax_violation(path, error)]
+        mine = _Found(found.limit)
+        mine.add(*_syntax_violation(path, error))
     except RecursionError:
-        return [Violation(path=path, line=1, col=0, what="expressions nested too deeply",
-                          why=_WHY_TOO_DEEP)]
+        mine = _Found(found.limit)
+        mine.add(path, 1, 0, "expressions nested too deeply", _WHY_TOO_DEEP)
+    found.merge(mine)
 
 
 # ---------------------------------------------------------------------------- files
-def _walk(directory: Path) -> list[Path]:
+def _walk(directory: Path) -> Iterator[Path]:
     """Every entry below ``directory``; links are listed, never followed, and a
     ``__pycache__`` folder is passed over (it is never copied into a run)."""
     # A stack, not recursion: an uploaded tree may nest deeper than Python's recursion limit.
-    entries: list[Path] = []
     pending = [directory]
     while pending:
         for entry in pending.pop().iterdir():
             if _is_pycache(entry) and not entry.is_symlink() and entry.is_dir():
                 continue
-            entries.append(entry)
+            yield entry
             if not entry.is_symlink() and entry.is_dir():
                 pending.append(entry)
-    return entries
 
 
 def _is_pycache(entry: Path) -> bool:
     return entry.name.lower() == _PYCACHE
 
 
-def _check_entry(entry: Path, rel: str, config: PolicyConfig) -> list[Violation]:
+def _check_entry(entry: Path, rel: str, config: PolicyConfig, found: _Found) -> None:
     # Order matters: is_dir and is_file follow links, so the link test comes first.
     if entry.is_symlink():
-        return [Violation(path=rel, line=1, col=0, what="symbolic link", why=_WHY_LINK)]
+        found.add(rel, 1, 0, "symbolic link", _WHY_LINK)
+        return
     if entry.is_dir():
-        return []
+        return
     if not entry.is_file():
-        return [Violation(path=rel, line=1, col=0, what="special file", why=_WHY_SPECIAL)]
+        found.add(rel, 1, 0, "special file", _WHY_SPECIAL)
+        return
     compiled = _COMPILED_SUFFIXES.get(entry.suffix.lower())
     if compiled is not None:
-        return [Violation(path=rel, line=1, col=0, what=compiled, why=_WHY_COMPILED)]
+        found.add(rel, 1, 0, compiled, _WHY_COMPILED)
+        return
     if entry.suffix != ".py":
-        return []
-    violations = []
+        return
     if entry.name == "conftest.py":
-        violations.append(Violation(path=rel, line=1, col=0, what="conftest.py",
-                                    why=_WHY_CONFTEST))
-    data = entry.read_bytes()
+        found.add(rel, 1, 0, "conftest.py", _WHY_CONFTEST)
+    # Never more than the limit is read, even of a file that grows while it is read.
+    with entry.open("rb") as handle:
+        data = handle.read(MAX_TEST_FILE_BYTES + 1)
+        size = max(len(data), entry.stat().st_size)
+    if size > MAX_TEST_FILE_BYTES:
+        found.add(rel, 1, 0, f"file of {size} bytes", _WHY_TOO_LARGE)
+        return
     try:
         # utf-8-sig: Python accepts a byte-order mark at the start of a source file.
         source = data.decode("utf-8-sig")
@@ -411,10 +508,10 @@ def _check_entry(entry: Path, rel: str, config: PolicyConfig) -> list[Violation]
         # Everything before the first bad byte decodes, so its end is the bad byte's place.
         valid = data[: error.start].decode("utf-8-sig")
         line, col = _char_position(valid, len(valid))
-        violations.append(Violation(path=rel, line=line, col=col, what="file is not UTF-8",
-                                    why=_WHY_NOT_UTF8))
-        return violations
-    return violations + check_source(source, rel, config)
+        found.add(rel, line, col, "file is not UTF-8", _WHY_NOT_UTF8)
+        return
+    del data
+    _check_text(source, rel, config, found)
 
 
 def _char_position(source: str, index: int) -> tuple[int, int]:
@@ -437,19 +534,9 @@ def _declared_encoding(source: str) -> str:
     return codecs.lookup(declared).name
 
 
-def _syntax_violation(path: str, error: SyntaxError) -> Violation:
+def _syntax_violation(path: str, error: SyntaxError) -> tuple[str, int, int, str, str]:
     # SyntaxError's offset counts characters from 1; ast's columns count from 0.
-    return Violation(
-        path=path,
-        line=error.lineno or 1,
-        col=max((error.offset or 1) - 1, 0),
-        what=f"syntax error: {error.msg}",
-        why=_WHY_SYNTAX,
-    )
-
-
-def _sorted(violations: list[Violation]) -> list[Violation]:
-    return sorted(violations, key=lambda v: (v.path, v.line, v.col, v.what))
+    return path, error.lineno or 1, max((error.offset or 1) - 1, 0), f"syntax error: {error.msg}", _WHY_SYNTAX
 
 
 # ---------------------------------------------------------------------------- the rules
@@ -535,12 +622,12 @@ def _import_why(allowed: tuple[str, ...]) -> str:
 class _Checker(ast.NodeVisitor):
     """Collects the violations of one parsed file."""
 
-    def __init__(self, *, path: str, source: str, config: PolicyConfig) -> None:
+    def __init__(self, *, path: str, source: str, config: PolicyConfig, found: _Found) -> None:
         self._path = path
         self._lines = _LINE_BREAK.split(source)
         self._allowed = config.allowed_imports
         self._why_import = _import_why(config.allowed_imports)
-        self._violations: list[Violation] = []
+        self._found = found
         # `import tinyllm.rnn.gru` binds `tinyllm`, whose other attributes are off limits.
         self._partial_roots: frozenset[str] = frozenset()
         self._parents: dict[ast.AST, ast.AST] = {}
@@ -551,7 +638,7 @@ class _Checker(ast.NodeVisitor):
         self._methods: dict[ast.AST, str] = {}
         self._instances: list[str] = []
 
-    def check(self, tree: ast.Module) -> list[Violation]:
+    def check(self, tree: ast.Module) -> None:
         self._partial_roots = self._find_partial_roots(tree)
         self._bound = _bound_names(tree)
         self._methods = _method_instances(tree)
@@ -560,7 +647,6 @@ class _Checker(ast.NodeVisitor):
                 child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
             }
         self.visit(tree)
-        return self._violations
 
     # -- imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -685,7 +771,7 @@ class _Checker(ast.NodeVisitor):
         self._append(line, self._char_col(line, start), f"attribute {node.attr!r}", why)
 
     def _append(self, line: int, col: int, what: str, why: str) -> None:
-        self._violations.append(Violation(path=self._path, line=line, col=col, what=what, why=why))
+        self._found.add(self._path, line, col, what, why)
 
     def _char_col(self, line: int, byte_col: int) -> int:
         """ast counts columns in UTF-8 bytes; people count characters."""

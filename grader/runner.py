@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from grader.caps import MAX_TESTS
 from grader.codecache import variant_code
 from grader.launch import launch_worker
 from grader.models import SuiteRun, WorkerRun
@@ -46,7 +47,9 @@ class RunLimits:
     ``max(timeout_floor, timeout_factor × its time on the reference)``, at most
     ``test_timeout``. Once a test of a run has timed out, later tests of that run get at most
     ``timeout_floor``. ``cpu_budget`` (CPU seconds of every run together, None for no bound)
-    stops a grading that would cost more.
+    stops a grading that would cost more; ``wall_budget`` (seconds from the first run sent)
+    stops one that would take longer, sleeping or not; ``memory_budget`` (bytes) bounds the
+    memory every run's processes hold together, half for each of the two workers.
     """
 
     run_timeout: float = 120.0
@@ -58,7 +61,10 @@ class RunLimits:
     timeout_factor: float = 10.0
     timeout_floor: float = 1.0
     cpu_budget: float | None = None
+    wall_budget: float | None = None  # seconds of wall clock for the whole grading
+    memory_budget: int | None = None  # bytes the grading's processes may hold together
     conftests: bool = False  # load the tests' conftest.py (the course's own tests only)
+    max_tests: int | None = MAX_TESTS  # a run collecting more tests runs none (grader.caps)
 
 
 @dataclass(frozen=True)
@@ -140,9 +146,13 @@ class WorkerProcess:
             run_timeout=limits.run_timeout,
             test_timeout=limits.test_timeout,
             memory_bytes=limits.memory_bytes,
+            # The grading's two workers share its memory bound half and half.
+            memory_share=None if limits.memory_budget is None else limits.memory_budget // 2,
+            memory_bound=limits.memory_budget or 0,
             conftests=limits.conftests,
             isolate=self.isolate,
             collect_timeout=limits.test_timeout,
+            max_tests=limits.max_tests,
             private_tmp=self.sandbox.workdir is not None,
             sandbox=self.sandbox.settings(budget=worker_cpu),
         )
@@ -166,7 +176,8 @@ class WorkerProcess:
             self.sandbox.unstage(self._staged)
             self._staged = None
 
-    def submit(self, run: WorkerRun, *, cpu_budget: float | None = None, timeout_floor: float | None = None) -> None:
+    def submit(self, run: WorkerRun, *, cpu_budget: float | None = None, wall_budget: float | None = None,
+               timeout_floor: float | None = None) -> None:
         """Send one run: its frame names it by a number only, and its source follows for the
         run's child to read, then its code compiled ahead (:mod:`grader.codecache`)."""
         source = run.source.encode("utf-8")
@@ -189,6 +200,7 @@ class WorkerProcess:
             time_limits=run.time_limits,
             stop_at_first_kill=run.stop_at_first_kill,
             cpu_budget=cpu_budget,
+            wall_budget=wall_budget,
             timeout_floor=timeout_floor if timeout_floor is not None else self.limits.timeout_floor,
         )
         self._outbox.put(header.to_frame() + source + code)

@@ -19,6 +19,11 @@ worker is started here, in layers:
   mount namespaces; the system read-only; only the interpreter, the worker's code, the package
   under test and the copy of the submission visible).
 
+A grader that is not root cannot switch uid: where the kernel allows unprivileged user
+namespaces, each worker gets a user namespace of its own from bubblewrap instead, the userns
+layer (:mod:`grader.sandbox_userns`), which stands in for the uid layer and the uid-based
+privacy of the work directory.
+
 :func:`start_worker` starts a worker under a :class:`SandboxMode`; :func:`sandbox_status`
 says which layers this machine offers (``mutagrade doctor`` prints :func:`doctor_lines`).
 The worker applies its share itself, before any submitted code runs: :func:`harden_worker`
@@ -52,6 +57,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
+from grader import sandbox_userns as userns
 from grader.wire import WorkerSandbox
 
 __all__ = [
@@ -112,6 +118,7 @@ class Layer(StrEnum):
     """One layer of the sandbox, as ``mutagrade doctor`` names it."""
 
     UID = "uid"
+    USERNS = "userns"  # in place of the uid layer, for a grader that is not root
     RLIMITS = "rlimits"
     SESSION = "session"
     WORKDIR = "workdir"
@@ -122,8 +129,18 @@ class Layer(StrEnum):
 
     @property
     def always(self) -> bool:
-        """Whether mode ``auto`` needs this layer (the rest are used where available)."""
-        return self not in (Layer.SECCOMP, Layer.BUBBLEWRAP)
+        """Whether mode ``auto`` needs this layer (the rest are used where available); of the
+        uid and userns layers, either one is enough (:meth:`SandboxStatus.missing`)."""
+        return self not in (Layer.SECCOMP, Layer.BUBBLEWRAP, Layer.USERNS)
+
+    @property
+    def kind(self) -> str:
+        """When the layer is needed, as ``mutagrade doctor`` says it."""
+        if self is Layer.UID:
+            return "always, or userns"
+        if self is Layer.USERNS:
+            return "in place of uid"
+        return "always" if self.always else "where available"
 
 
 @dataclass(frozen=True)
@@ -167,19 +184,27 @@ class SandboxStatus:
         return self.get(layer).active
 
     def missing(self, mode: SandboxMode) -> list[LayerStatus]:
-        """The inactive layers ``mode`` needs (none for mode ``none``)."""
+        """The inactive layers ``mode`` needs (none for mode ``none``). Of the uid and userns
+        layers either one is enough; with neither, both are named."""
         if mode is SandboxMode.NONE:
             return []
-        needed = [s for s in self.layers if s.always or mode is SandboxMode.STRICT]
-        return [s for s in needed if not s.active]
+        stand_in = {Layer.UID: Layer.USERNS, Layer.USERNS: Layer.UID}
+        gone = []
+        for status in self.layers:
+            if status.active:
+                continue
+            other = stand_in.get(status.layer)
+            needed = not self.active(other) if other is not None else status.always or mode is SandboxMode.STRICT
+            if needed:
+                gone.append(status)
+        return gone
 
     def lines(self) -> list[str]:
         """One line per layer, then what each mode would do here."""
         lines = ["sandbox layers on this machine:"]
         for status in self.layers:
             mark = "on " if status.active else "OFF"
-            kind = "always" if status.always else "where available"
-            lines.append(f"  [{mark}] {status.layer.value:<12} ({kind}) {status.detail}")
+            lines.append(f"  [{mark}] {status.layer.value:<12} ({status.layer.kind}) {status.detail}")
         for mode in (SandboxMode.AUTO, SandboxMode.STRICT):
             gone = self.missing(mode)
             verdict = "ready" if not gone else "refuses to run: missing " + ", ".join(s.layer.value for s in gone)
@@ -221,8 +246,9 @@ def check_mode(mode: SandboxMode | str) -> SandboxStatus:
         why = "; ".join(f"{s.layer.value}: {s.detail}" for s in gone)
         raise SandboxUnavailable(
             f"sandbox mode {mode.value} needs layer(s) {', '.join(s.layer.value for s in gone)}, "
-            f"unavailable here ({why}). Run {SETUP_SCRIPT} as root to set the sandbox up, or pass "
-            "--sandbox none to run the code with no sandbox (trusted code only)"
+            f"unavailable here ({why}). Run {SETUP_SCRIPT} as root to set the sandbox up (a user without "
+            "root needs a kernel that allows unprivileged user namespaces), or pass --sandbox none to run "
+            "the code with no sandbox (trusted code only)"
         )
     return status
 
@@ -294,9 +320,13 @@ def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tup
     seccomp_ok, seccomp_detail = seccomp
     bwrap_ok, bwrap_detail = bubblewrap
     uid_ok, uid_detail = _probe_users(users, bwrap_ok)
+    userns_ok, userns_detail = userns.layer_detail(root=os.geteuid() == 0, uid=os.geteuid(), bubblewrap=bubblewrap)
+    if userns_ok:
+        uid_detail += "; the userns layer stands in for it"
     limits = SandboxLimits()
     layers = (
         LayerStatus(layer=Layer.UID, active=uid_ok, detail=uid_detail),
+        LayerStatus(layer=Layer.USERNS, active=userns_ok, detail=userns_detail),
         LayerStatus(
             layer=Layer.RLIMITS, active=True,
             detail=f"address space and CPU time per run, files up to {_mib(limits.file_bytes)}, "
@@ -304,9 +334,10 @@ def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tup
         ),
         LayerStatus(
             layer=Layer.SESSION, active=True,
-            detail="each worker in a new session; its process group and every process of its uid killed at the end",
+            detail="each worker in a new session; its process group and every process of its uid "
+            "(or of its namespaces) killed at the end",
         ),
-        LayerStatus(layer=Layer.WORKDIR, active=uid_ok, detail=_workdir_detail(uid_ok)),
+        LayerStatus(layer=Layer.WORKDIR, active=uid_ok or userns_ok, detail=_workdir_detail(uid_ok, userns_ok)),
         LayerStatus(
             layer=Layer.ENVIRONMENT, active=True,
             detail="a minimal explicit environment, one BLAS thread, a fixed hash seed",
@@ -326,10 +357,15 @@ def _mib(n: int) -> str:
     return f"{n / 1024**2:g} MiB"
 
 
-def _workdir_detail(ok: bool) -> str:
-    if not ok:
-        return "needs the uid layer (the copy is made readable by the sandbox user only)"
-    return f"a private copy of the submission under {tempfile.gettempdir()}, readable by the worker's uid only"
+def _workdir_detail(uid: bool, namespaces: bool) -> str:
+    if uid:
+        return f"a private copy of the submission under {tempfile.gettempdir()}, readable by the worker's uid only"
+    if namespaces:
+        return (
+            f"a private copy of the submission under {tempfile.gettempdir()}, readable by uid {os.geteuid()} "
+            "only, read-only in the worker's namespaces"
+        )
+    return "needs the uid or the userns layer (the copy is made readable by the sandbox user only)"
 
 
 # ------------------------------------------------------------------------------- users
@@ -1026,14 +1062,15 @@ _PROBE_UID = 65534
 
 def _bubblewrap_probe() -> tuple[list[str] | None, str]:
     """The command that tries bubblewrap as a worker uses it (namespaces, mounts, then setpriv
-    to an unprivileged uid), or None and why it cannot."""
+    to an unprivileged uid; for a grader that is not root, in a user namespace of its own), or
+    None and why it cannot."""
     bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
     if bwrap is None:
         return None, "bwrap not found; install the Debian package bubblewrap"
+    if os.geteuid() != 0:
+        return [bwrap, *userns.BWRAP_ARGS, *_bwrap_base(privileged=False), "--", "/bin/true"], ""
     if setpriv is None:
         return None, "setpriv not found; install the Debian package util-linux"
-    if os.geteuid() != 0:
-        return None, f"{bwrap} is run by root here, to mount before it drops to a sandbox user; the grader is uid {os.geteuid()}"
     return [bwrap, *_bwrap_base(), "--", *_drop(setpriv, _PROBE_UID, _PROBE_UID), "/bin/true"], ""
 
 
@@ -1082,8 +1119,9 @@ def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str, bool]:
         why = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {running.returncode}"]
         return False, f"{bwrap} fails here: {why[0]}", True
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() if describe else ""
+    user = "" if os.geteuid() == 0 else "user, "
     return True, (
-        f"{version or bwrap}: new pid, net, ipc, uts and mount namespaces; system read-only; only the "
+        f"{version or bwrap}: new {user}pid, net, ipc, uts and mount namespaces; system read-only; only the "
         "interpreter, the worker's code, the package under test and the submission's copy visible; private /tmp"
     ), True
 
@@ -1096,13 +1134,13 @@ def _drop(setpriv: str, uid: int, gid: int) -> list[str]:
     ]
 
 
-def _bwrap_base() -> list[str]:
-    args = [
-        *_NAMESPACES, "--die-with-parent", "--new-session", "--hostname", "sandbox",
-        # Only to let setpriv switch to the sandbox user; it drops them with the uid.
-        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-        "--ro-bind", "/usr", "/usr",
-    ]
+def _bwrap_base(*, privileged: bool = True) -> list[str]:
+    """The namespaces and the system's mounts; ``privileged`` (root's bubblewrap) keeps the two
+    capabilities setpriv needs to switch to the sandbox user (it drops them with the uid)."""
+    args = [*_NAMESPACES, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if privileged:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    args += ["--ro-bind", "/usr", "/usr"]
     for name in _SYSTEM_LINKS:
         path = Path("/") / name
         if path.is_symlink():
@@ -1122,11 +1160,12 @@ def _bwrap_args(
     tmp_bytes: int,
     chdir: Path,
     hidden: Sequence[Path] = (),
+    privileged: bool = True,
 ) -> list[str]:
     """bubblewrap's arguments: the system, a private /tmp, then each (source, destination)
     bound read-only, the folders above each destination made first, searchable by all; each
     ``hidden`` file is replaced by an empty one."""
-    args = [*_bwrap_base(), "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    args = [*_bwrap_base(privileged=privileged), "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/tmp"), Path("/etc"), Path("/usr")}
     bound: list[Path] = [Path("/usr")]
     for source, dest in sorted(readonly, key=lambda pair: len(pair[1].parts)):
@@ -1219,8 +1258,8 @@ class WorkerOutput:
 
 class SandboxedWorker:
     """A started worker, in its sandbox. Send it its job with :meth:`communicate`; always
-    :meth:`close` it (idempotent): that kills its session and every process of its uid,
-    frees its sandbox user and removes its work directory.
+    :meth:`close` it (idempotent): that kills its session and every process of its uid (or
+    of its namespaces), frees its sandbox user and removes its work directory.
 
     Attributes:
         process: the process started (bubblewrap, or the worker itself).
@@ -1238,6 +1277,7 @@ class SandboxedWorker:
         layers: tuple[Layer, ...],
         claim: _Claim | None = None,
         workdir: Path | None = None,
+        namespaces: userns.Namespaces | None = None,
     ) -> None:
         self.process = process
         self.tests = tests
@@ -1246,12 +1286,13 @@ class SandboxedWorker:
         self._limits = limits
         self._claim = claim
         self._workdir = workdir
+        self._namespaces = namespaces
         self._closed = False
         self._staged = 0
 
     @property
     def user(self) -> SandboxUser | None:
-        """The sandbox user the worker runs as (None with no sandbox)."""
+        """The sandbox user the worker runs as (None with no sandbox, or in a user namespace)."""
         return self._claim.user if self._claim is not None else None
 
     @property
@@ -1262,7 +1303,7 @@ class SandboxedWorker:
     def settings(self, *, budget: float) -> WorkerSandbox:
         """What the worker and its children lock down in themselves, for a job of ``budget``
         seconds (the worker's CPU limit); all off when there is no sandbox."""
-        if self._claim is None:
+        if self._workdir is None:
             return self._hardening
         return self._hardening.replace(cpu_seconds=math.ceil(budget) + 5)
 
@@ -1302,6 +1343,8 @@ class SandboxedWorker:
         closed, nothing (its process is reaped, and its pid may be another's)."""
         if self._closed:
             return
+        if self._namespaces is not None:
+            self._namespaces.pin(self.process)  # its namespaces' first process, before bubblewrap goes
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -1329,6 +1372,8 @@ class SandboxedWorker:
             shutil.rmtree(self._workdir, ignore_errors=True)
         if self._claim is not None:
             self._claim.release()
+        if self._namespaces is not None:
+            self._namespaces.close()
 
     def __enter__(self) -> SandboxedWorker:
         return self
@@ -1340,7 +1385,8 @@ class SandboxedWorker:
 def close_workers(workers: Iterable[SandboxedWorker]) -> None:
     """Close several workers: each one's session is killed first, so that they all go down
     at once rather than one after another; then every process of their users (one pass over
-    /proc for all of them), and each user is freed with its copy removed."""
+    /proc for all of them), or of their namespaces, and each user is freed with its copy
+    removed."""
     workers = list(workers)
     for worker in workers:
         worker.kill()
@@ -1353,9 +1399,17 @@ def close_workers(workers: Iterable[SandboxedWorker]) -> None:
         # Even if another one could not be waited for: each worker waited for is cleared and freed.
         try:
             _kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
+            _wait_namespaces(closing)
         finally:
             for worker in closing:
                 worker._free()
+
+
+def _wait_namespaces(workers: Iterable[SandboxedWorker]) -> None:
+    """Wait until the namespaces of each worker (a grader that is not root) hold no process."""
+    held = [w.process.pid for w in workers if w._namespaces is not None and not w._namespaces.wait_empty()]
+    if held:
+        raise SandboxError(f"the namespaces of workers {held} still held processes after they were killed")
 
 
 def start_worker(
@@ -1410,6 +1464,11 @@ def start_worker(
         tmp_bytes=limits.tmp_bytes,
     )
     layers = tuple(layer for layer in Layer if status.active(layer))
+    if status.active(Layer.USERNS):  # a grader that is not root: namespaces instead of a sandbox user
+        return _start_in_namespaces(
+            command, env, tests_dir=tests_dir, readonly=[package_dir, *readonly], limits=limits, hidden=hidden,
+            hardening=hardening, layers=layers,
+        )
     claim = _claim_user(sandbox_users(), limits.claim_timeout)
     workdir: Path | None = None
     try:
@@ -1431,6 +1490,32 @@ def start_worker(
         raise
     return SandboxedWorker(
         process, tests=tests, hardening=hardening, limits=limits, layers=layers, claim=claim, workdir=workdir
+    )
+
+
+def _start_in_namespaces(
+    command: list[str], env: Mapping[str, str], *, tests_dir: Path | None, readonly: Sequence[Path],
+    limits: SandboxLimits, hidden: Sequence[Path], hardening: WorkerSandbox, layers: tuple[Layer, ...],
+) -> SandboxedWorker:
+    """A worker of a grader that is not root, in a user namespace of its own (the userns layer
+    holds, and bubblewrap with it)."""
+    userns.remove_stale_workdirs(Path(tempfile.gettempdir()), _WORKDIR_PREFIX)
+    namespaces = userns.Namespaces()
+    workdir: Path | None = None
+    try:
+        workdir = _make_workdir(tests_dir, None, limits)
+        namespaces.hold(workdir)
+        tests, process = _start_in_bubblewrap(
+            command, namespaces, copy=workdir / "tests", tests_dir=tests_dir or _STAGED, readonly=readonly,
+            env=env, limits=limits, hidden=hidden,
+        )
+    except BaseException:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        namespaces.close()
+        raise
+    return SandboxedWorker(
+        process, tests=tests, hardening=hardening, limits=limits, layers=layers, workdir=workdir, namespaces=namespaces
     )
 
 
@@ -1464,17 +1549,21 @@ def _worker_command(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-P", "-S", "-c", _WORKER_BOOTSTRAP], {**env, **extra}
 
 
-def _make_workdir(tests_dir: Path | None, user: SandboxUser, limits: SandboxLimits) -> Path:
+def _make_workdir(tests_dir: Path | None, user: SandboxUser | None, limits: SandboxLimits) -> Path:
     """A fresh folder: ``tests`` (the copy, root's, read-only to the user; empty for a worker
     that grades submissions one after another) and ``tmp`` (the user's); the folder itself
-    root's and the user's group's, closed to everyone else."""
-    workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
+    root's and the user's group's, closed to everyone else. With no ``user`` (a grader that is
+    not root) only ``tests``, in a folder only the grader's own user may enter (the worker sees
+    the copy read-only, in its namespaces)."""
+    workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))  # mode 0700
     try:
         if tests_dir is not None:
             _copy_submission(tests_dir, workdir / "tests", limits)
         else:
             (workdir / "tests").mkdir()
         (workdir / "tests").chmod(0o755)
+        if user is None:
+            return workdir
         tmp = workdir / "tmp"
         tmp.mkdir(mode=0o700)
         os.chown(tmp, user.uid, user.gid)
@@ -1488,7 +1577,7 @@ def _make_workdir(tests_dir: Path | None, user: SandboxUser, limits: SandboxLimi
 
 def _start_in_bubblewrap(
     command: list[str],
-    user: SandboxUser,
+    user: SandboxUser | userns.Namespaces,
     *,
     copy: Path,
     tests_dir: Path,
@@ -1498,14 +1587,25 @@ def _start_in_bubblewrap(
     hidden: Sequence[Path] = (),
 ) -> tuple[Path, subprocess.Popen[bytes]]:
     """The copy appears at the original tests path (messages name the student's own paths,
-    and a conftest finding files beside it still finds them), read-only."""
-    bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
-    assert bwrap is not None and setpriv is not None  # checked by the probe  # noqa: S101
+    and a conftest finding files beside it still finds them), read-only. Root's bubblewrap
+    drops to the sandbox ``user``; another's gives the worker a user namespace of its own
+    (``user`` is then its :class:`~grader.sandbox_userns.Namespaces`)."""
+    bwrap = _tool("bwrap")
+    assert bwrap is not None  # checked by the probe  # noqa: S101
     mounts = [(path.resolve(), path) for path in _visible(readonly)] + [(copy, tests_dir)]
-    args = [bwrap, *_bwrap_args(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir, hidden=hidden)]
-    args += ["--", *_drop(setpriv, user.uid, user.gid), *command]
+    privileged = isinstance(user, SandboxUser)
+    options = _bwrap_args(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir, hidden=hidden, privileged=privileged)
     private = {**env, "TMPDIR": "/tmp", "HOME": "/tmp"}
-    return tests_dir, _popen(args, env=private, cwd=Path("/"))
+    if isinstance(user, SandboxUser):
+        setpriv = _tool("setpriv")
+        assert setpriv is not None  # checked by the probe  # noqa: S101
+        args = [bwrap, *options, "--", *_drop(setpriv, user.uid, user.gid), *command]
+        return tests_dir, _popen(args, env=private, cwd=Path("/"))
+    args = [bwrap, *user.bwrap_args(), *options, "--", *command]
+    try:
+        return tests_dir, _popen(args, env=private, cwd=Path("/"), pass_fds=(user.info_fd,))
+    finally:
+        user.started()
 
 
 def _visible(readonly: Sequence[Path]) -> list[Path]:
@@ -1521,9 +1621,10 @@ def _visible(readonly: Sequence[Path]) -> list[Path]:
 
 
 def _popen(
-    command: list[str], *, env: dict[str, str], cwd: Path, user: SandboxUser | None = None
+    command: list[str], *, env: dict[str, str], cwd: Path, user: SandboxUser | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
-    extra = {"user": user.uid, "group": user.gid, "extra_groups": []} if user is not None else {}
+    extra: dict[str, object] = {"user": user.uid, "group": user.gid, "extra_groups": []} if user is not None else {}
     try:
         return subprocess.Popen(
             command,
@@ -1533,6 +1634,7 @@ def _popen(
             env=env,
             cwd=str(cwd),
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
             **extra,
         )
     except OSError as exc:

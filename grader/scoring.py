@@ -10,7 +10,18 @@ the threshold, every required mutant is killed and, when required, the journal v
 from __future__ import annotations
 
 from grader.assignment import Assignment
+from grader.caps import (
+    MAX_ID_CHARS,
+    MAX_LISTED,
+    MAX_NAMED_TESTS,
+    MAX_TEST_REASON_CHARS,
+    bound_journal,
+    cap_text,
+    first,
+    short_ids,
+)
 from grader.models import (
+    Budget,
     JournalSummary,
     MutantVerdict,
     Outcome,
@@ -119,16 +130,19 @@ def score_suite(
     wheats = [v for v in variants if v.kind is VariantKind.WHEAT]
     mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
 
-    problems: list[str] = []
+    found: list[str] = []
     for variant in variants:
         for run in (matrix.first.get(variant.id), matrix.second.get(variant.id)):
             if run is None:
                 continue
             if run.crashed:
-                problems.append(f"{names[variant.id]}: {run.crashed}")
-            problems.extend(f"{names[variant.id]}: {error}" for error in run.collection_errors)
+                found.append(f"{names[variant.id]}: {run.crashed}")
+            found.extend(f"{names[variant.id]}: {error}" for error in run.collection_errors)
+    problems, problems_omitted = first((cap_text(p) for p in found), MAX_LISTED)
 
     test_ids = matrix.test_ids
+    # The ids a report shows: the runs used whole ids, however long (grader.caps).
+    shown = short_ids([*test_ids, *journal.history])
     verdicts: list[TestVerdict] = []
     kills: dict[str, list[str]] = {m.id: [] for m in mutants}
     for test_id in test_ids:
@@ -138,14 +152,14 @@ def score_suite(
             for mutant in mutants:
                 if matrix.confirmed_failure(test_id, mutant.id):
                     killed.append(names[mutant.id])
-                    kills[mutant.id].append(test_id)
+                    kills[mutant.id].append(shown[test_id])
         verdicts.append(
             TestVerdict(
-                id=test_id,
+                id=shown[test_id],
                 valid=status is TestStatus.VALID,
                 status=status,
                 kills=killed,
-                reason=reason,
+                reason=cap_text(reason, MAX_TEST_REASON_CHARS),
                 outcomes={names[v.id]: matrix.outcome(test_id, v.id) for v in variants},
             )
         )
@@ -183,20 +197,22 @@ def score_suite(
     reasons: list[str] = []
     if matrix.budget_stop is not None:
         stop = matrix.budget_stop
-        reasons.append(
-            f"grading budget of {stop.budget:g} CPU s exceeded in test {stop.test} on variant "
-            f"{names.get(stop.variant, stop.variant)}: grading stopped there, and cells not run count as not killed"
-        )
+        test = shown.get(stop.test) or cap_text(stop.test, MAX_ID_CHARS)
+        where = f"in test {test} on variant {names.get(stop.variant, stop.variant)}" if stop.variant else "while runs were going"
+        what = (f"grading wall-clock budget of {stop.budget:g} s ran out" if stop.kind is Budget.WALL
+                else f"grading budget of {stop.budget:g} CPU s exceeded")
+        reasons.append(f"{what} {where}: grading stopped there, and cells not run count as not killed")
     if not policy.ok:
-        reasons.append(f"the policy check failed ({len(policy.violations)} violation(s)): nothing was run")
+        reasons.append(f"the policy check failed ({policy.found} violation(s)): nothing was run")
     invalid = [v for v in verdicts if not v.valid]
     if policy.ok and not test_ids:
         reasons.append("no test was collected")
     elif policy.ok and not any(v.valid for v in verdicts):
         reasons.append("no test is valid (every test fails on the reference or on a correct implementation)")
     if invalid and not assignment.allow_invalid_tests:
+        named, more = first((f"{v.id}: {v.status.value}" for v in invalid), MAX_NAMED_TESTS)
         reasons.append(
-            f"{len(invalid)} test(s) are not valid ({', '.join(f'{v.id}: {v.status.value}' for v in invalid)})"
+            f"{len(invalid)} test(s) are not valid ({', '.join(named)}{f', ... and {more} more' if more else ''})"
         )
     if policy.ok and kill_rate < assignment.threshold:
         reasons.append(
@@ -218,9 +234,10 @@ def score_suite(
         tests=verdicts,
         mutants=mutant_verdicts,
         variants=[names[v.id] for v in variants],
-        journal=journal,
+        journal=bound_journal(journal, shown),
         policy=policy,
         problems=problems,
+        problems_omitted=problems_omitted,
         timing=timing or Timing(),
     )
 

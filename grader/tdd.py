@@ -28,7 +28,7 @@ from grader.journal import (
 )
 from grader.models import Outcome, SuiteRun, WorkerRun
 from grader.paths import Layout
-from grader.policy import check_suite
+from grader.policy import find_violations
 from grader.runner import RunLimits
 
 __all__ = ["DEFAULT_IMPL", "DEFAULT_TESTS", "Refused", "StudentRepo", "record", "status"]
@@ -83,11 +83,10 @@ def _run(repo: StudentRepo, layout: Layout, limits: RunLimits) -> SuiteRun:
         raise Refused(f"{gru}: no implementation file; your implementation belongs in {repo.impl}/{GRU_FILE}")
     if not repo.tests_dir.is_dir():
         raise Refused(f"{repo.tests_dir}: no tests folder; write your first test there")
-    violations = check_suite(repo.tests_dir)
-    if violations:
-        raise Refused(
-            "your tests would be rejected at grading:\n  " + "\n  ".join(str(v) for v in violations)
-        )
+    findings = find_violations(repo.tests_dir)
+    if findings.total:
+        listed = [str(v) for v in findings.violations] + ([f"... and {findings.omitted} more"] if findings.omitted else [])
+        raise Refused("your tests would be rejected at grading:\n  " + "\n  ".join(listed))
     [run] = run_snapshot(
         layout, repo.tests_dir, repo.impl_dir, limits,
         [WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))],

@@ -68,10 +68,13 @@ class JobSettings:
     jobs: int = 1  # children at a time
     run_timeout: float = 120.0  # one whole run (wall clock)
     test_timeout: float = 20.0  # one test, unless the run names its own limit
-    memory_bytes: int = 2 * 1024**3
+    memory_bytes: int = 2 * 1024**3  # each process's address space
+    memory_share: int | None = None  # resident bytes of every run of this worker together
+    memory_bound: int = 0  # the grading's memory bound (memory_share is this worker's part of it)
     conftests: bool = False  # load the tests' conftest.py files (trusted tests only)
     isolate: bool = False  # the package is ours: each variant runs in its own implementation process
     collect_timeout: float = 20.0  # collecting the test files (wall clock)
+    max_tests: int | None = None  # a run collecting more tests runs none of them (None: no bound)
     private_tmp: bool = False  # the temporary folder is the worker's own: emptied between jobs
     sandbox: WorkerSandbox = field(default_factory=WorkerSandbox)
 
@@ -99,6 +102,7 @@ class RunHeader:
     time_limits: dict[str, float] | None = None  # test id -> seconds, overriding test_timeout
     stop_at_first_kill: bool = False  # stop after the first test that does not pass
     cpu_budget: float | None = None  # CPU seconds this run may use before grading stops
+    wall_budget: float | None = None  # seconds left of the grading's wall-clock budget, as sent
     timeout_floor: float | None = None  # after a time-out, later tests get at most this
 
     def to_frame(self) -> bytes:

@@ -10,8 +10,10 @@
 #
 #   scripts/setup-sandbox.sh [PYTHON]    # with PYTHON (the venv's), prints what doctor sees
 #
-# Needs root. Run as another user it changes nothing and says so: grading untrusted code then
-# refuses to start (mode auto) until root has run it.
+# Needs root. Run as another user it changes nothing and says so: that user's gradings then
+# give each worker a user namespace of its own instead of a sandbox user, where the kernel
+# allows unprivileged user namespaces (the doctor's lines, printed with PYTHON, say whether it
+# does); elsewhere grading untrusted code refuses to start (mode auto) until root has run it.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -27,9 +29,17 @@ have_libseccomp() {
     return 1
 }
 
+doctor() {
+    if [ -n "$PYTHON" ] && [ -x "$PYTHON" ]; then
+        "$PYTHON" -c 'from grader.sandbox import doctor_lines; print("\n".join(doctor_lines()))'
+    fi
+}
+
 if [ "$(id -u)" -ne 0 ]; then
-    echo "setup-sandbox: not root (uid $(id -u)): the sandbox is left as it is" >&2
-    echo "setup-sandbox: run 'sudo $0' once; until then untrusted grading refuses to start" >&2
+    echo "setup-sandbox: not root (uid $(id -u)): the sandbox users are left as they are" >&2
+    echo "setup-sandbox: each worker gets a user namespace of its own instead, where the kernel allows it;" \
+        "elsewhere run 'sudo $0' once (until then untrusted grading refuses to start)" >&2
+    doctor
     exit 0
 fi
 
@@ -60,6 +70,4 @@ for ((i = 0; i < SANDBOX_USERS; i++)); do
 done
 echo "setup-sandbox: ${SANDBOX_USERS} sandbox users (${made} new)"
 
-if [ -n "$PYTHON" ] && [ -x "$PYTHON" ]; then
-    "$PYTHON" -c 'from grader.sandbox import doctor_lines; print("\n".join(doctor_lines()))'
-fi
+doctor

@@ -1,6 +1,8 @@
 """The fresh-machine path the README promises: a new clone of the committed HEAD, where
-``make demo`` sets everything up itself, as a user with nothing set up (the sandbox cannot
-be, so the demo says so and runs its trusted example with none) and as root (who sets the
+``make demo`` sets everything up itself, as a user with nothing set up (who cannot set the
+sandbox users up: where the kernel allows unprivileged user namespaces each worker gets
+namespaces of its own instead, and the demo and an unseen suite are graded in the sandbox;
+elsewhere the demo says so and runs its trusted example with none) and as root (who sets the
 sandbox up first). What is not committed is not in the clone, so this checks what lands."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from grader.paths import default_layout
+from grader.sandbox_userns import kernel_refusal
 
 REPO = default_layout().root
 DEMO_USER = "mutagrade-demo"  # an ordinary user with a home, made for this test
@@ -69,22 +72,34 @@ def _run(argv: list[str], clone: Path, how: dict, timeout: float) -> subprocess.
 def test_make_demo_on_a_fresh_clone_as_an_unprivileged_user(workdir):
     user = _demo_user() if os.geteuid() == 0 else None
     clone = _clone(workdir / "clone")
+    how = _as_user(user)
+
+    # A suite this clone has never graded, the user's own.
+    unseen = workdir / "unseen"
+    unseen.mkdir()
+    shutil.copy(clone / "examples/student/python/tests/l3-3-gru/test_gru.py", unseen / "test_my_gru.py")
     if user is not None:
         subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(workdir)], check=True)
-    how = _as_user(user)
+    namespaces = not kernel_refusal() and shutil.which("bwrap", path=PLAIN_PATH) is not None
 
     demo = _run(["make", "demo"], clone, how, timeout=600)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     for text in GRADED:
         assert text in demo.stdout, demo.stdout[-3000:]
-    [line] = [line for line in demo.stdout.splitlines() if line.startswith(NO_SANDBOX)]
-    assert "--sandbox none" in line
     # The demo's install is the light one: no torch.
     assert _run([".venv/bin/python", "-c", "import torch"], clone, how, timeout=60).returncode != 0
-
-    # Untrusted grading still refuses here.
-    grade = _run([".venv/bin/mutagrade", "grade", "examples/student/python/tests/l3-3-gru"], clone, how, timeout=120)
-    assert grade.returncode == 2 and "sandbox mode auto needs layer(s)" in grade.stderr, grade.stderr
+    grade = _run([".venv/bin/mutagrade", "grade", str(unseen)], clone, how, timeout=120)
+    if namespaces:
+        # In the sandbox: each worker in a user namespace of its own (the doctor's lines, printed
+        # by the setup script), the demo and the unseen suite graded in mode auto.
+        assert "[on ] userns" in demo.stdout and "mode auto: ready" in demo.stdout, demo.stdout[:3000]
+        assert NO_SANDBOX not in demo.stdout
+        assert grade.returncode == 0 and "VERDICT: PASSED" in grade.stdout, grade.stdout[-3000:] + grade.stderr
+    else:
+        [line] = [line for line in demo.stdout.splitlines() if line.startswith(NO_SANDBOX)]
+        assert "--sandbox none" in line
+        # Untrusted grading still refuses here.
+        assert grade.returncode == 2 and "sandbox mode auto needs layer(s)" in grade.stderr, grade.stderr
 
     # tinyllm comes with the install: the course tests run in the venv with no PYTHONPATH.
     course = _run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "reference/tests"], clone, how, timeout=300)

@@ -1,6 +1,9 @@
-"""Server-rendered HTML pages: sign-in, submissions, one submission's report, the gradebook.
+"""Server-rendered HTML pages: sign-in and sign-out, submissions, one submission's report, the
+gradebook.
 
 No JavaScript and no build step: plain templates, readable with any browser or screen reader.
+A token reaches the pages one way only: the sign-in form, which sets an HTTP-only cookie (never
+``?token=``: addresses are written to access logs and browser histories).
 Student text (test ids, messages, file and user names) is escaped by Jinja's autoescaping, and
 every page also tells the browser to run no script at all (:data:`PAGE_HEADERS`).
 """
@@ -37,9 +40,7 @@ def _page(request: Request, name: str, context: dict, status_code: int = status.
 
 
 def _page_user(request: Request, session: Session) -> User | None:
-    header = request.headers.get("authorization", "")
-    token = header[7:] if header.lower().startswith("bearer ") else None
-    token = token or request.cookies.get(TOKEN_COOKIE) or request.query_params.get("token")
+    token = request.cookies.get(TOKEN_COOKIE)
     return crud.user_by_token(session, token=token) if token else None
 
 
@@ -63,6 +64,14 @@ def login(request: Request, session: SessionDep, token: Annotated[str, Form()]) 
         return _page(request, "login.html", {"user": None, "error": "unknown token"}, status.HTTP_401_UNAUTHORIZED)
     response = RedirectResponse("/submissions", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(TOKEN_COOKIE, token.strip(), httponly=True, samesite="strict")
+    return response
+
+
+@router.api_route("/logout", methods=["GET", "POST"], response_class=HTMLResponse)
+def logout() -> Response:
+    """Sign out of the pages: the cookie is cleared (the token itself stays valid for the API)."""
+    response = _to_login()
+    response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
     return response
 
 

@@ -15,6 +15,7 @@ from api.jobs import archive_limits
 from api.schemas import SubmissionCreated, SubmissionPublic
 from api.views import done_report, links, owned_submission, public
 from grader.report import render
+from grader.report.gradescope import gradescope_options, render_gradescope
 
 router = APIRouter(prefix="/v1/submissions", tags=["submissions"])
 
@@ -39,12 +40,28 @@ def _refused(archive: UploadFile, exc: ArchiveError) -> HTTPException:
     return HTTPException(exc.status, f"archive {archive.filename!r}: {exc}")
 
 
+# A grading takes seconds to a minute: asking again this often costs the service nothing.
+_IN_FLIGHT_RETRY_S = 10
+
+
+def _too_many_in_flight(in_flight: int, limit: int) -> HTTPException:
+    which = "submission" if in_flight == 1 else "submissions"
+    once = "once it is graded" if in_flight == 1 else "once one of them is graded"
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"you have {in_flight} {which} in flight (queued or being graded) and at most {limit} may be; "
+        f"submit again {once}",
+        headers={"Retry-After": str(_IN_FLIGHT_RETRY_S)},
+    )
+
+
 @router.post(
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=SubmissionCreated,
     responses={**_ERRORS, 413: {"description": "too large"}, 415: {"description": "not an archive"},
-               422: {"description": "a member breaks a rule"}, 429: {"description": "too many submissions"}},
+               422: {"description": "a member breaks a rule"},
+               429: {"description": "too many submissions in the window, or in flight at once"}},
 )
 async def create_submission(
     request: Request,
@@ -62,6 +79,11 @@ async def create_submission(
             f"at most {settings.rate_limit} submissions per {settings.rate_window_s:g} s; try again in {math.ceil(wait)} s",
             headers={"Retry-After": str(math.ceil(wait))},
         )
+    # Refused before the upload is read when already at the limit; counted again, under a
+    # lock, when it is stored (posts sent at once).
+    in_flight = await run_in_threadpool(crud.in_flight, session, user_id=user.id)
+    if in_flight >= settings.max_in_flight:
+        raise _too_many_in_flight(in_flight, settings.max_in_flight)
     try:
         data = await _read_capped(archive, settings.max_upload_bytes)
     except ArchiveError as exc:
@@ -74,7 +96,11 @@ async def create_submission(
             check_archive(data, archive_limits(settings))
         except ArchiveError as exc:
             raise _refused(archive, exc) from None
-        submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive")
+        try:
+            submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive",
+                                                max_in_flight=settings.max_in_flight)
+        except crud.InFlightLimit as exc:
+            raise _too_many_in_flight(exc.in_flight, exc.limit) from None
         request.app.state.queue.enqueue(submission.id)
         return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
 
@@ -125,7 +151,10 @@ def report_junit(request: Request, session: SessionDep, user: CurrentUser, submi
 @router.get("/{submission_id}/report.gradescope.json", responses={**_ERRORS, 409: {"description": "not graded yet"}})
 def report_gradescope(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
     report = done_report(request, owned_submission(session, submission_id, user), user)
-    return Response(render(report, "gradescope"), media_type="application/json")
+    # Scored as the assignment says; hidden mutants are never revealed here: this document is
+    # the reader's to download, not Gradescope's to hold until the due date.
+    options = gradescope_options(request.app.state.assignment)
+    return Response(render_gradescope(report, options), media_type="application/json")
 
 
 @router.get("/{submission_id}/report.html", responses={**_ERRORS, 409: {"description": "not graded yet"}})

@@ -10,8 +10,10 @@ from grader.models import MutantVerdict, Report, Score, TestVerdict
 __all__ = [
     "invalid_tests",
     "kills_needed",
+    "more",
     "mutant_columns",
     "mutant_name",
+    "no_tests",
     "percent",
     "printable",
     "surviving",
@@ -28,6 +30,18 @@ _UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uf
 def printable(text: str) -> str:
     """``text`` with every control character spelled out: ``"\\x1b[31m"`` for ESC ``[31m``."""
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def more(count: int) -> list[str]:
+    """``["... and 7 more"]`` after a list the caps cut (see grader.caps); nothing when none was."""
+    return [f"... and {count} more"] if count else []
+
+
+def no_tests(report: Report) -> str:
+    """Why a report lists no test: none was collected, or the suite was refused before any ran."""
+    if report.input_refused:
+        return "nothing was run: the suite was refused (see why above)"
+    return "no tests were collected"
 
 
 def verdict_word(report: Report) -> str:

@@ -8,21 +8,24 @@ a stray ``|`` would split a cell and shift every column after it.
 
 from __future__ import annotations
 
+import os
 import re
 
 from grader.models import Outcome, Report
 from grader.report._common import (
     invalid_tests,
     kills_needed,
+    more,
     mutant_columns,
     mutant_name,
+    no_tests,
     percent,
     printable,
     surviving,
     verdict_word,
 )
 
-__all__ = ["SYMBOLS", "render_github"]
+__all__ = ["SYMBOLS", "append_job_summary", "render_github"]
 
 NOT_RUN_SYMBOL = "·"  # a cell not run: already decided, or never reached
 SYMBOLS: dict[Outcome, str] = {
@@ -120,7 +123,7 @@ def _check_word(checked: bool, ok: bool) -> str:
 
 def _matrix(report: Report) -> list[str]:
     if not report.tests:
-        return ["### Kill matrix", "", "No tests were collected.", ""]
+        return ["### Kill matrix", "", f"{no_tests(report).capitalize()}.", ""]
     mutants = mutant_columns(report)
     header = ["Test", "Status", *(_text(v) for v in report.variants)]
     lines = [
@@ -136,6 +139,7 @@ def _matrix(report: Report) -> list[str]:
     killed = {m.id: m.killed for m in report.mutants}
     footer = [("✅" if killed[v] else "❌") if v in mutants else "" for v in report.variants]
     lines.append(_row(["**killed?**", "", *footer]))
+    lines += [f"\n{m} tests, not listed" for m in more(report.tests_omitted)]
     return lines + ["", _LEGEND, ""]
 
 
@@ -167,11 +171,22 @@ def _invalid(report: Report) -> list[str]:
 def _problems(report: Report) -> list[str]:
     lines: list[str] = []
     sections = (
-        ("Policy violations", report.policy.violations),
-        ("Journal problems", report.journal.problems),
-        ("Problems while running", report.problems),
+        ("Policy violations", report.policy.violations, report.policy.violations_omitted),
+        ("Journal problems", report.journal.problems, report.journal.problems_omitted),
+        ("Problems while running", report.problems, report.problems_omitted),
     )
-    for title, items in sections:
-        if items:
-            lines += [f"### {title}", "", *(f"- {_text(i)}" for i in items), ""]
+    for title, items, omitted in sections:
+        if items or omitted:
+            lines += [f"### {title}", "", *(f"- {_text(i)}" for i in [*items, *more(omitted)]), ""]
     return lines
+
+
+def append_job_summary(report: Report) -> bool:
+    """On GitHub Actions (``$GITHUB_STEP_SUMMARY`` set): append the Markdown report to the job
+    summary; returns whether it did."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return False
+    with open(summary, "a", encoding="utf-8") as handle:
+        handle.write(render_github(report) + "\n")
+    return True

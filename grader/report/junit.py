@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from grader.models import Report
-from grader.report._common import invalid_tests, mutant_name, percent, printable, verdict_word
+from grader.report._common import invalid_tests, more, mutant_name, no_tests, percent, printable, verdict_word
 
 __all__ = ["render_junit"]
 
@@ -147,7 +147,7 @@ def _check_cases(report: Report) -> list[_Case]:
 
     n_invalid = len(invalid_tests(report))
     if not report.tests:
-        cases.append(_Case(cls, "validity", "failure", "no tests were collected"))
+        cases.append(_Case(cls, "validity", "failure", no_tests(report)))
     elif n_invalid:
         cases.append(_Case(cls, "validity", "failure", f"{n_invalid} invalid test(s)"))
     else:
@@ -157,8 +157,9 @@ def _check_cases(report: Report) -> list[_Case]:
     if not policy.checked:
         cases.append(_Case(cls, "policy", "skipped", "policy not checked"))
     elif not policy.ok or policy.violations:
-        message = f"{len(policy.violations)} policy violation(s)"
-        cases.append(_Case(cls, "policy", "failure", message, "\n".join(policy.violations)))
+        message = f"{policy.found} policy violation(s)"
+        text = "\n".join([*policy.violations, *more(policy.violations_omitted)])
+        cases.append(_Case(cls, "policy", "failure", message, text))
     else:
         cases.append(_Case(cls, "policy"))
 
@@ -167,13 +168,16 @@ def _check_cases(report: Report) -> list[_Case]:
         cases.append(_Case(cls, "journal", "skipped", "journal not checked"))
     elif not journal.ok:
         message = "journal does not verify"
-        cases.append(_Case(cls, "journal", "failure", message, "\n".join(journal.problems)))
+        text = "\n".join([*journal.problems, *more(journal.problems_omitted)])
+        cases.append(_Case(cls, "journal", "failure", message, text))
     else:
-        cases.append(_Case(cls, "journal", system_out="\n".join(journal.problems)))
+        text = "\n".join([*journal.problems, *more(journal.problems_omitted)])
+        cases.append(_Case(cls, "journal", system_out=text))
 
     if report.problems:
-        message = f"{len(report.problems)} problem(s) while running the suite"
-        cases.append(_Case(cls, "run problems", "error", message, "\n".join(report.problems)))
+        message = f"{len(report.problems) + report.problems_omitted} problem(s) while running the suite"
+        text = "\n".join([*report.problems, *more(report.problems_omitted)])
+        cases.append(_Case(cls, "run problems", "error", message, text))
     else:
         cases.append(_Case(cls, "run problems"))
     return cases

@@ -11,8 +11,10 @@ from grader.models import Outcome, Report, TestStatus, TestVerdict
 from grader.report._common import (
     invalid_tests,
     kills_needed,
+    more,
     mutant_columns,
     mutant_name,
+    no_tests,
     percent,
     printable,
     surviving,
@@ -132,7 +134,7 @@ def _row_labels(tests: list[TestVerdict], width: int) -> tuple[list[str], bool]:
 
 def _matrix_lines(report: Report) -> list[str]:
     if not report.tests:
-        return ["Kill matrix: no tests were collected.", ""]
+        return [f"Kill matrix: {no_tests(report)}.", ""]
     mutants = mutant_columns(report)
     labels = _column_labels(report.variants)
     widths = [max(_MIN_CELL, len(label)) for label in labels]
@@ -166,6 +168,7 @@ def _matrix_lines(report: Report) -> list[str]:
     killed = {m.id: m.killed for m in report.mutants}
     footer = [("yes" if killed[v] else "NO") if v in killed else "" for v in report.variants]
     lines.append(f"{'killed?':<{label_width}}  {'':<{_STATUS_WIDTH}}  {cells(footer)}".rstrip())
+    lines.extend(f"{m} tests, not listed" for m in more(report.tests_omitted))
     lines.extend(_LEGEND)
 
     abbreviated = [
@@ -219,8 +222,9 @@ def _checks_lines(report: Report) -> list[str]:
     elif policy.ok and not policy.violations:
         lines.append("Policy: ok")
     else:
-        lines.append(f"Policy: VIOLATED ({len(policy.violations)})")
+        lines.append(f"Policy: VIOLATED ({policy.found})")
         lines.extend(f"  * {v}" for v in policy.violations)
+        lines.extend(f"  {m}" for m in more(policy.violations_omitted))
     journal = report.journal
     if not journal.checked:
         lines.append("Journal: not checked")
@@ -229,6 +233,7 @@ def _checks_lines(report: Report) -> list[str]:
     else:
         lines.append(f"Journal: {'ok, with remarks' if journal.ok else 'NOT VERIFIED'}")
         lines.extend(f"  * {p}" for p in journal.problems)
+        lines.extend(f"  {m}" for m in more(journal.problems_omitted))
     impl = report.implementation
     if impl.checked:
         passed = sum(t.outcome.value == "passed" for t in impl.tests)
@@ -243,7 +248,8 @@ def _checks_lines(report: Report) -> list[str]:
                 lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(first)}" if first else ""))
         lines.extend(f"  * {printable(p)}" for p in impl.problems)
     if report.problems:
-        lines.append(f"Problems while running ({len(report.problems)}):")
+        lines.append(f"Problems while running ({len(report.problems) + report.problems_omitted}):")
         lines.extend(f"  * {p}" for p in report.problems)
+        lines.extend(f"  {m}" for m in more(report.problems_omitted))
     lines.append("")
     return lines

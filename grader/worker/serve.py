@@ -252,11 +252,27 @@ class _Worker:
                 else:
                     self._read(key.data)
             now = time.monotonic()
+            self._check_memory()
             for run in list(self.runs):
                 run.check(now)
                 if run.over:
                     self._finish(run)
         self._drop_zygote()
+
+    def _check_memory(self) -> None:
+        """Stop the run holding the most memory while this worker's runs together hold more than
+        its share of the grading's memory bound (each process's address space is bounded too,
+        but that alone lets several processes hold the bound each)."""
+        share = self.job.memory_share
+        if share is None or not self.runs:
+            return
+        held = {run: run.resident() for run in self.runs if not run.killed_why and not run.eof}
+        if held and sum(held.values()) > share:
+            biggest = max(held, key=held.__getitem__)
+            biggest.over_memory(
+                f"held more memory than the grading's memory bound of {self.job.memory_bound // 2**20} MB allows "
+                f"({share // 2**20} MB for the runs of one worker together)"
+            )
 
     def _next_run(self) -> bool:
         """Read one frame and start its run (or keep the next job). Returns whether more frames may come."""

@@ -30,8 +30,10 @@ __all__ = ["GRACE_S", "Run"]
 
 GRACE_S = 2.0  # seconds an interrupted test has to stop before its run is killed
 _MESSAGE_CAP = 2000
-_REPORT_CAP = 4 * 1024 * 1024  # bytes a run may report before it is cut off
+_REPORT_CAP = 16 * 1024 * 1024  # bytes a run may report before it is cut off (500 tests of long ids fit)
 _TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+MEMORY_CHECK_S = 0.25  # how often the memory the runs hold is looked at
 PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
     "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
 )
@@ -57,10 +59,14 @@ class Run:
         self.pid: int | None = None  # the test process (the zygote's child), once it is known
         self.started = time.monotonic()
         self.deadline = self.started + job.run_timeout
+        # The grading's wall-clock budget, counted from when the run was read: it ends the run
+        # like the CPU budget, whatever the run is doing (sleeping, blocked, spinning).
+        self.wall_deadline = None if header.wall_budget is None else self.started + header.wall_budget
         self.select = set(header.select) if header.select is not None else None
         self.buffer = bytearray()
         self.seen = 0
         self.collected: list[str] | None = None
+        self.over_limit = 0  # tests collected, when more than the job allows (none of them runs)
         self.results: dict[str, dict[str, Any]] = {}
         self.errors: list[str] = []
         self.phases: dict[str, float] = {}
@@ -68,7 +74,8 @@ class Run:
         self.interrupted: dict[str, float] = {}  # test -> the limit it was interrupted at
         self.lowered = False  # a test timed out: later ones get at most the floor
         self.stopped = self.done = self.tampered = self.overflow = self.timed_out = False
-        self.budget = ""
+        self.budget = ""  # the test running when a budget ran out
+        self.budget_kind = ""  # which: "cpu" or "wall"
         self.killed_why = ""
         self.ended: tuple[int, float] | None = None  # the test process's status and CPU time
         self.eof = False
@@ -103,6 +110,10 @@ class Run:
             return
         if "collected" in event and self.collected is None:
             self.collected = [str(i) for i in event["collected"]] if isinstance(event["collected"], list) else []
+            if self.job.max_tests is not None and len(self.collected) > self.job.max_tests:
+                self.over_limit, self.collected = len(self.collected), []
+                self.kill(f"the suite has {self.over_limit} tests, more than the limit of {self.job.max_tests}: "
+                          "none of them was run")
         elif "begin" in event:
             test = str(event["begin"])
             self.current = (test, time.monotonic(), self._limit(test))
@@ -161,13 +172,15 @@ class Run:
     def next_check(self) -> float:
         """When this run's limits must next be looked at (a monotonic time)."""
         times = [self.deadline]
+        if self.wall_deadline is not None:
+            times.append(self.wall_deadline)
         if self.collected is None:
             times.append(self.started + self.job.collect_timeout)
         if self.current is not None:
             test, began, limit = self.current
             times.append(began + limit + (GRACE_S if test in self.interrupted else 0.0))
-        if self.header.cpu_budget is not None:
-            times.append(time.monotonic() + 0.25)
+        if self.header.cpu_budget is not None or self.job.memory_share is not None:
+            times.append(time.monotonic() + MEMORY_CHECK_S)
         return min(times)
 
     def check(self, now: float) -> None:
@@ -192,9 +205,26 @@ class Run:
                     test, TIMEOUT, f"the test ran past its limit of {limit:g} s and did not stop when interrupted"))
                 self.kill(f"{test} ran past its limit of {limit:g} s and did not stop when interrupted; the run was killed")
                 return
-        if self.header.cpu_budget is not None and self.cpu_so_far() > self.header.cpu_budget:
-            self.budget = self.current[0] if self.current else "(collecting the tests)" if self.collected is None else "(between tests)"
-            self.kill()
+        if self.wall_deadline is not None and now > self.wall_deadline:
+            self._out_of_budget("wall")
+        elif self.header.cpu_budget is not None and self.cpu_so_far() > self.header.cpu_budget:
+            self._out_of_budget("cpu")
+
+    def _out_of_budget(self, kind: str) -> None:
+        self.budget = self.current[0] if self.current else "(collecting the tests)" if self.collected is None else "(between tests)"
+        self.budget_kind = kind
+        self.kill()
+
+    def resident(self) -> int:
+        """Bytes of memory both processes hold now, their own pages (from /proc; 0 for one gone)."""
+        return sum(_resident_of(pid) for pid in (self.pid, self.impl) if pid is not None)
+
+    def over_memory(self, bound: str) -> None:
+        """Stop the run: the grading's processes hold more memory than ``bound`` says."""
+        if self.current is not None and not self.killed_why:
+            test = self.current[0]
+            self.results.setdefault(test, _result(test, ERROR, f"the test's run {bound}; the run was stopped"))
+        self.kill(f"the run {bound}; the run was stopped")
 
     def cpu_so_far(self) -> float:
         """CPU seconds both processes have used so far (from /proc; 0 for one already gone)."""
@@ -268,7 +298,9 @@ class Run:
             "cpu_s": round(cpu + impl_cpu, 3),
             "stopped_early": self.stopped,
             "budget_exceeded": self.budget,
+            "budget": self.budget_kind or None,
             "phases": self.phases,
+            "tests_over_limit": self.over_limit,
         }
 
 
@@ -279,6 +311,17 @@ def _cpu_of(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / _TICK
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _resident_of(pid: int) -> int:
+    """Resident bytes of ``pid`` not backed by a file (its heap, its arrays, the pages it
+    inherited), from /proc/PID/statm."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            fields = statm.read().split()
+        return max(0, int(fields[1]) - int(fields[2])) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _result(test_id: str, outcome: str, message: str = "", duration: float = 0.0) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 graded, and how quickly ``GET /healthz`` answers while the server grades them.
 
 Shared by ``tests/api/test_burst.py`` (which asserts on the figures) and ``bench/burst.py``
-(which prints them). Everything goes over real HTTP to a real ``mutagrade serve``.
+(which prints them, and how long the burst's submissions waited with a hostile sleeper among
+them). Everything goes over real HTTP to a real ``mutagrade serve``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import httpx
 
 from tests.api.conftest import tar_gz
 
-__all__ = ["BurstResult", "HealthPoller", "percentile", "run_burst", "small_archive"]
+__all__ = ["BurstResult", "HealthPoller", "Sleeper", "percentile", "run_burst", "sleeper_archive", "small_archive"]
 
 # Two of the bundled student's tests, alone in one file: a real suite, but fast to grade, so
 # the burst measures the service (queue, database, HTTP) more than the grader.
@@ -52,6 +54,34 @@ def small_archive() -> bytes:
     return tar_gz({"test_small.py": SMALL_SUITE})
 
 
+# A hostile suite that costs nothing in CPU and much in wall time: its test waits in a fixture,
+# on a barrier two threads meet at, one of them twice. Only numpy, which the policy allows.
+SLEEPER_SUITE = '''"""A test that blocks in its fixture."""
+
+import numpy as np
+import pytest
+
+from tinyllm.rnn.gru import GRU
+
+
+@pytest.fixture
+def blocked():
+    np.testing.run_threaded(
+        lambda i, b: [b.wait({timeout}) for _ in range(1 + (i == 0))], max_workers=2, pass_count=True, pass_barrier=True
+    )
+
+
+def test_keys(blocked):
+    assert "bias_hh_l0" in GRU(2, 3).state_dict()
+'''
+
+
+def sleeper_archive(block_s: float | None = None) -> bytes:
+    """The sleeper's suite: its test blocks until its time limit kills it, or with ``block_s``
+    only that long (then the barrier breaks and the test fails)."""
+    return tar_gz({"test_sleeper.py": SLEEPER_SUITE.format(timeout="" if block_s is None else repr(block_s))})
+
+
 def percentile(values: list[float], q: float) -> float:
     """The nearest-rank percentile ``q`` (0-100) of ``values``."""
     ordered = sorted(values)
@@ -70,8 +100,19 @@ class BurstResult:
     health_errors: list[str] = field(default_factory=list)  # polls that got no answer in two tries
     health_retried: list[str] = field(default_factory=list)  # polls answered on the second try only
     final: dict[int, str] = field(default_factory=dict)  # id -> status when the burst ended
+    listed: dict[int, dict] = field(default_factory=dict)  # id -> the submission as listed at the end
+    sleeper_status: list[int] = field(default_factory=list)  # the answer to each of the sleeper's posts
     posted_s: float = 0.0  # first POST sent to last POST answered
     graded_s: float = 0.0  # first POST sent to every submission done (or error)
+
+    def waited(self) -> list[float]:
+        """Seconds each of the burst's graded submissions waited in the queue (stored to taken)."""
+        return [_seconds(body["created_at"], body["started_at"]) for body in self.listed.values() if body["started_at"]]
+
+    def turnaround(self) -> list[float]:
+        """Seconds from each graded submission's storing to its report."""
+        return [_seconds(body["created_at"], body["finished_at"]) for body in self.listed.values()
+                if body["finished_at"]]
 
     @property
     def graded_per_s(self) -> float:
@@ -91,6 +132,43 @@ class BurstResult:
             f"p99 {percentile(h, 99) * 1e3:.1f} ms, {len(self.health_retried)} answered on a second try, "
             f"{len(self.health_errors)} unanswered"
         )
+
+
+def _seconds(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+class Sleeper:
+    """A hostile student among the burst's: posts the sleeper's suite at once, and again every
+    ``every_s`` until stopped, as fast as the service takes it (the answers go into
+    ``result.sleeper_status``)."""
+
+    def __init__(self, url: str, token: str, result: BurstResult, *, every_s: float = 1.0) -> None:
+        self.url = url
+        self.token = token
+        self.result = result
+        self.every_s = every_s
+        self.archive = sleeper_archive()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._post, daemon=True)
+
+    def start(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.token}"}) as http:
+            self._once(http)  # before the burst: the first is the first job taken
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=120)
+
+    def _post(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.token}"}) as http:
+            while not self._stopping.wait(self.every_s):
+                self._once(http)
+
+    def _once(self, http: httpx.Client) -> None:
+        answer = http.post("/v1/submissions", files={"archive": ("sleeper.tar.gz", self.archive, "application/gzip")})
+        self.result.sleeper_status.append(answer.status_code)
 
 
 class HealthPoller:
@@ -161,13 +239,17 @@ def run_burst(
     health_interval_s: float = 0.05,
     min_health_samples: int = 300,
     timeout_s: float = 600.0,
+    sleeper_token: str | None = None,
 ) -> BurstResult:
     """Post ``count`` copies of ``archive`` at once (student ``i % len(student_tokens)`` posts the
     i-th), then wait until every accepted one is graded; ``/healthz`` is polled all along, and
-    until at least ``min_health_samples`` answers were timed."""
+    until at least ``min_health_samples`` answers were timed. With ``sleeper_token``, that
+    student posts the sleeper's suite just before the burst and again every second while it
+    lasts (:class:`Sleeper`); only the burst's own submissions are waited for."""
     result = BurstResult()
     lock = threading.Lock()
     health = HealthPoller(url, result, interval_s=health_interval_s)
+    sleeper = Sleeper(url, sleeper_token, result) if sleeper_token else None
 
     local = threading.local()
     clients: list[httpx.Client] = []
@@ -195,6 +277,8 @@ def run_burst(
     health.measuring.set()
     started = time.perf_counter()
     try:
+        if sleeper is not None:
+            sleeper.start()
         with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(post, range(count)))  # list(): re-raise any exception of a POST
         result.posted_s = time.perf_counter() - started
@@ -204,7 +288,8 @@ def run_burst(
         with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {staff_token}"}) as staff:
             while True:
                 listed = staff.get("/v1/submissions", params={"limit": 1000}).json()
-                result.final = {s["id"]: s["status"] for s in listed if s["id"] in wanted}
+                result.listed = {s["id"]: s for s in listed if s["id"] in wanted}
+                result.final = {i: s["status"] for i, s in result.listed.items()}
                 finished = all(result.final.get(i) in ("done", "error") for i in wanted)
                 if finished or time.monotonic() > deadline:
                     break
@@ -212,6 +297,8 @@ def run_burst(
         result.graded_s = time.perf_counter() - started
         health.measuring.clear()
     finally:
+        if sleeper is not None:
+            sleeper.stop()
         health.stop()
         for client in clients:
             client.close()

@@ -4,11 +4,14 @@ browser-automation package, only the real browser.
 
 :meth:`Chromium.visit` loads a page and says what happened there: every JavaScript dialog that
 opened (each is accepted, so a page cannot hang the test), every console call, and whatever a
-JavaScript expression finds in the DOM once the page has loaded.
+JavaScript expression finds in the DOM once the page has loaded. :meth:`Chromium.sign_in` signs
+in the way a person does, with the sign-in form (the pages take a token no other way), and
+:meth:`Chromium.click` follows a button or link to the page it leads to.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -136,6 +139,36 @@ class Chromium:
             elif event["method"] == "Runtime.consoleAPICalled":
                 visit.console.append(" ".join(str(a.get("value", "")) for a in params.get("args", [])))
         return visit
+
+    def _evaluate(self, expression: str) -> Any:
+        return self.call(
+            "Runtime.evaluate", session=self.session, expression=expression, returnByValue=True
+        )["result"].get("value")
+
+    def click(self, selector: str) -> str:
+        """Click the element ``selector`` finds (a form's button, a link), wait for the page it
+        leads to, and return that page's address."""
+        self._events.clear()
+        clicked = self._evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e?.click(); return !!e; }})()"
+        )
+        assert clicked, f"no element {selector!r} on the page"
+        self._wait_for("Page.loadEventFired")
+        return self._evaluate("location.href")
+
+    def sign_in(self, base_url: str, token: str) -> str:
+        """Fill in the sign-in form at ``base_url/login`` and send it; the address landed on."""
+        self.visit(f"{base_url}/login", "null")
+        self._evaluate(f"document.getElementById('token').value = {json.dumps(token)}")
+        return self.click('form[action="/login"] button[type="submit"]')
+
+    def screenshot(self, url: str, path: Path, *, width: int, height: int) -> None:
+        """Load ``url`` in a ``width`` x ``height`` window and write what it shows to ``path`` (PNG)."""
+        self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+        self.visit(url, "null")
+        shot = self.call("Page.captureScreenshot", session=self.session, format="png")
+        path.write_bytes(base64.b64decode(shot["data"]))
 
     def close(self) -> None:
         try:

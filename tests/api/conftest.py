@@ -11,14 +11,19 @@ import subprocess
 import sys
 import tarfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
+from sqlalchemy.orm import sessionmaker
 
+from api.db import make_engine, make_sessionmaker
+from api.migrate import upgrade
 from grader.paths import default_layout
+from tests.services import PostgresServer, postgres_server
 
 LAYOUT = default_layout()
 STUDENT = LAYOUT.examples / "student"
@@ -45,13 +50,14 @@ class Server:
     env: dict[str, str]
     port: int
     log: Path
+    log_level: str = "warning"  # `mutagrade serve --log-level`: "info" and below write the access log
     process: subprocess.Popen | None = None
     tokens: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grader.cli", "serve", "--port", str(self.port), "--log-level", "warning"],
+            [sys.executable, "-m", "grader.cli", "serve", "--port", str(self.port), "--log-level", self.log_level],
             env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -87,12 +93,20 @@ class Server:
             self.tokens[user] = done.stdout.strip()
         return self.tokens[user]
 
+    def signed_in(self, user: str, role: str = "student") -> httpx.Client:
+        """A client signed in to the pages as a browser is: it holds the cookie the sign-in form sets."""
+        with httpx.Client(base_url=self.url, timeout=30) as form:
+            answer = form.post("/login", data={"token": self.token(user, role)})
+            assert answer.status_code == 303, answer.text
+            cookies = form.cookies
+        return httpx.Client(base_url=self.url, timeout=30, cookies=cookies)
+
     def client(self, user: str | None = None, role: str = "student") -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token(user, role)}"} if user else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
 
-def make_server(tmp: Path, database_url: str | None = None, **settings: str) -> Server:
+def make_server(tmp: Path, database_url: str | None = None, *, log_level: str = "warning", **settings: str) -> Server:
     port = free_port()
     database_url = database_url or f"sqlite:///{tmp / 'mutagrade.db'}"
     env = {
@@ -101,7 +115,10 @@ def make_server(tmp: Path, database_url: str | None = None, **settings: str) -> 
         "MUTAGRADE_DATABASE_URL": database_url,
         **{f"MUTAGRADE_{k.upper()}": v for k, v in settings.items()},
     }
-    return Server(url=f"http://127.0.0.1:{port}", database_url=database_url, env=env, port=port, log=tmp / "server.log")
+    return Server(
+        url=f"http://127.0.0.1:{port}", database_url=database_url, env=env, port=port, log=tmp / "server.log",
+        log_level=log_level,
+    )
 
 
 @pytest.fixture
@@ -139,3 +156,29 @@ def wait_done(client: httpx.Client, submission_id: int, timeout: float = 120) ->
             return body
         time.sleep(0.2)
     raise AssertionError(f"submission {submission_id} not graded within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for one test module."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty, migrated database of each kind."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'mutagrade.db'}"
+    else:
+        url = request.getfixturevalue("postgres").create_database(f"db_{uuid.uuid4().hex[:10]}")
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def make_session(database_url: str) -> Iterator[sessionmaker]:
+    """Sessions on ``database_url``."""
+    engine = make_engine(database_url)
+    yield make_sessionmaker(engine)
+    engine.dispose()

@@ -181,7 +181,7 @@ def test_the_rate_limit_answers_429_with_retry_after(tmp_path):
 
 
 def test_a_restart_mid_queue_loses_nothing(tmp_path):
-    srv = make_server(tmp_path, workers="1")
+    srv = make_server(tmp_path, workers="1", max_in_flight="4")  # four of one student's in flight at once
     srv.start()
     alice = srv.client("alice")
     ids = [post(alice, tar_gz(WEAK)).json()["id"] for _ in range(4)]

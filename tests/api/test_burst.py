@@ -26,7 +26,8 @@ HEALTH_P99_S = 0.100
 
 @pytest.fixture
 def busy_server(tmp_path: Path) -> Iterator[Server]:
-    srv = make_server(tmp_path, workers="2", grade_jobs="1", rate_limit=str(RATE_LIMIT))
+    # Each student's ten are posted at once, so all ten are in flight at once: none refused.
+    srv = make_server(tmp_path, workers="2", grade_jobs="1", rate_limit=str(RATE_LIMIT), max_in_flight=str(RATE_LIMIT))
     srv.start()
     yield srv
     srv.stop()

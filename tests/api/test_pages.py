@@ -8,9 +8,7 @@ gradebook page for staff only, and signing in with the form.
 from __future__ import annotations
 
 import ast
-import shutil
 import struct
-import subprocess
 import zlib
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -21,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.api.chromium import Chromium
 from tests.api.conftest import STUDENT, Server, example_archive, make_server, tar_gz, wait_done
 
 WIDTH, HEIGHT = 1400, 1600
@@ -129,18 +128,12 @@ def _expected(report: dict) -> tuple[int, int, int]:
 # -- the tests ------------------------------------------------------------------------------------
 
 def test_submission_page_in_headless_chromium_shows_the_whole_kill_matrix(graded: Graded, tmp_path: Path) -> None:
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is not installed: run `bash scripts/setup-services.sh` (make test does)"
     shot = tmp_path / "submission.png"
-    token = graded.server.token(graded.student)
-    url = f"{graded.server.url}/submissions/{graded.full['id']}?token={token}"
-    done = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={shot}", url],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    (tmp_path / "profile").mkdir()
+    with Chromium(tmp_path / "profile") as browser:
+        landed = browser.sign_in(graded.server.url, graded.server.token(graded.student))
+        assert landed == f"{graded.server.url}/submissions"
+        browser.screenshot(f"{graded.server.url}/submissions/{graded.full['id']}", shot, width=WIDTH, height=HEIGHT)
     assert shot.is_file() and shot.stat().st_size > 10_000
 
     image = read_png(shot)
@@ -218,10 +211,8 @@ def _outline(html: str) -> _Outline:
 
 
 def test_submission_page_reads_without_javascript(graded: Graded) -> None:
-    with httpx.Client(base_url=graded.server.url, timeout=30) as http:
-        page = http.get(f"/submissions/{graded.weak['id']}", headers={
-            "Authorization": f"Bearer {graded.server.token(graded.student)}"
-        })
+    with graded.server.signed_in(graded.student) as http:
+        page = http.get(f"/submissions/{graded.weak['id']}")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     outline = _outline(page.text)
@@ -243,13 +234,13 @@ def test_submission_page_reads_without_javascript(graded: Graded) -> None:
 
 
 def test_gradebook_page_is_for_staff_only(graded: Graded) -> None:
-    with graded.server.client("pages-staff", "staff") as staff:
+    with graded.server.signed_in("pages-staff", "staff") as staff:
         page = staff.get("/gradebook")
     assert page.status_code == 200
     assert "<td>pat</td>" in page.text
     assert f'href="/submissions/{graded.weak["id"]}"' in page.text  # latest
 
-    with graded.server.client(graded.student) as student:
+    with graded.server.signed_in(graded.student) as student:
         refused = student.get("/gradebook")
     assert refused.status_code == 403
     assert "for course staff only" in refused.text

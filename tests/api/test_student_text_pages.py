@@ -92,8 +92,8 @@ def test_every_page_showing_student_text_shows_it_inert(submitted: Submitted, br
     srv = submitted.server
     srv.token("text-staff", "staff")
     for who, path, shown in _pages(submitted):
-        url = f"{srv.url}{path}?token={urllib.parse.quote(srv.token(who))}"
-        visit = browser.visit(url, INSPECT)
+        browser.sign_in(srv.url, srv.token(who))
+        visit = browser.visit(f"{srv.url}{path}", INSPECT)
         found = json.loads(visit.found)
         where = f"{path} as {who}"
         assert visit.dialogs == [], f"{where}: a dialog opened: {visit.dialogs}"
@@ -107,12 +107,13 @@ def test_pages_forbid_scripts_outright_and_keep_their_style(submitted: Submitted
     """Defence in depth: the pages use no JavaScript, and say so to the browser; their own
     inline style sheet still applies."""
     srv = submitted.server
-    with srv.client(STUDENT) as student:
+    with srv.signed_in(STUDENT) as student:
         page = student.get(f"/submissions/{submitted.id}")
     policy = page.headers["content-security-policy"]
     assert "script-src 'none'" in policy and "default-src 'none'" in policy
     assert page.headers["x-content-type-options"] == "nosniff"
-    url = f"{srv.url}/submissions/{submitted.id}?token={urllib.parse.quote(srv.token(STUDENT))}"
+    browser.sign_in(srv.url, srv.token(STUDENT))
+    url = f"{srv.url}/submissions/{submitted.id}"
     header = browser.visit(url, "getComputedStyle(document.querySelector('header')).backgroundColor")
     assert header.found == "rgb(36, 52, 71)"  # #243447, from base.html's <style>
 

@@ -16,14 +16,16 @@ def test_a_machine_with_the_sandbox_runs_the_demo_in_it_and_says_nothing():
     assert demo_sandbox(_status(inactive=set())) == (SandboxMode.AUTO, None)
     # The layers auto uses only where available do not change that.
     assert demo_sandbox(_status(inactive={Layer.SECCOMP, Layer.BUBBLEWRAP})) == (SandboxMode.AUTO, None)
+    # Nor a user without root whose workers each get a user namespace instead of a sandbox user.
+    assert demo_sandbox(_status(inactive={Layer.UID})) == (SandboxMode.AUTO, None)
 
 
 def test_a_machine_without_it_runs_the_trusted_demo_unsandboxed_and_says_so_in_one_line():
-    mode, line = demo_sandbox(_status(inactive={Layer.UID, Layer.WORKDIR}))
+    mode, line = demo_sandbox(_status(inactive={Layer.UID, Layer.USERNS, Layer.WORKDIR}))
     assert mode is SandboxMode.NONE
     assert line is not None and "\n" not in line
-    assert "uid, workdir" in line and "--sandbox none" in line
-    assert "scripts/setup-sandbox.sh" in line and "refuse" in line
+    assert "uid, userns, workdir" in line and "--sandbox none" in line
+    assert "scripts/setup-sandbox.sh" in line and "refuse" in line and "user namespaces" in line
 
 
 def test_this_machine_gets_the_mode_its_sandbox_allows():

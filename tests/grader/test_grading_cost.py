@@ -237,3 +237,97 @@ def test_both_workers_take_wheats_and_mutants_once_their_reference_run_is_in(exa
     mutants = [v for v in others if v.kind.value == "mutant"]
     killed = {v.id for v in mutants if any(matrix.confirmed_failure(t, v.id) for t in valid)}
     assert killed == {v for t in example_report.tests for v in t.kills}
+
+
+# Suites that hold a grading without spinning: each is stopped by a limit of its own, with the
+# default assignment. The blocked fixture waits forever on a barrier no other thread reaches,
+# using only modules the policy check allows (numpy's own thread helper).
+_BLOCKED_FIXTURE = '''
+import numpy as np
+import pytest
+from tinyllm.rnn.gru import gru_cell
+
+
+@pytest.fixture
+def blocked():
+    np.testing.run_threaded(lambda i, b: [b.wait() for _ in range(1 + (i == 0))],
+                            max_workers=2, pass_count=True, pass_barrier=True)
+''' + "".join(f'''
+
+def test_waits_{n}(blocked):
+    assert gru_cell is not None
+''' for n in range(9))
+
+_ENDLESS_FIXTURE = '''
+import pytest
+from tinyllm.rnn.gru import gru_cell
+
+
+@pytest.fixture
+def forever():
+    while True:
+        pass
+
+
+def test_never_starts(forever):
+    assert gru_cell is not None
+'''
+
+_ENDLESS_IMPORT = '''
+while True:
+    pass
+
+
+def test_never_collected():
+    assert True
+'''
+
+
+@pytest.mark.parametrize("body, stopped_by", [
+    (_BLOCKED_FIXTURE, "ran past its limit of 10 s"),
+    (_ENDLESS_FIXTURE, "ran past its limit of 10 s"),
+    (_ENDLESS_IMPORT, "collecting the tests ran past its limit of 10 s"),
+], ids=["blocked-fixture", "endless-fixture", "endless-import"])
+def test_a_suite_that_never_gets_to_its_tests_is_graded_in_25_s(tmp_path, body, stopped_by):
+    report, took = _grade(_suite(tmp_path, body), audience="staff")
+    assert not report.passed
+    # The report says what stopped it, for the student reading it.
+    said = " ".join([*report.problems, *(t.reason for t in report.tests)])
+    assert stopped_by in said, said
+    assert took <= 25, f"graded in {took:.1f} s"
+
+
+def test_the_wall_budget_stops_a_sleeping_suite_with_a_clear_report(tmp_path, example_report):
+    # Each test sleeps under the test limit and burns almost no CPU: only the wall-clock
+    # budget sees the grading as a whole.
+    body = "import time\n" + "".join(f"\n\ndef test_sleeps_{n:02d}():\n    time.sleep(1.5)\n" for n in range(20))
+    tight = ASSIGNMENT.model_copy(update={"limits": ASSIGNMENT.limits.model_copy(update={"budget_wall_s": 4.0})})
+    report, took = _grade(_suite(tmp_path, body), assignment=tight, policy=False)  # `time`: a trusted suite
+    assert not report.passed
+    assert report.reasons[0].startswith("grading wall-clock budget of 4 s ran out in test test_suite.py::test_sleeps_"), report.reasons
+    assert "on variant reference" in report.reasons[0]
+    assert took < 15, f"graded in {took:.1f} s"
+    _the_next_grading_is_right(example_report)
+
+
+def test_the_memory_bound_covers_the_whole_grading(tmp_path, example_report):
+    # 300 MB held in each of the two reference runs at once: under the address-space limit of
+    # each process (1 GB), over the grading's bound of 512 MB together (256 MB a worker).
+    body = '''
+import time
+import numpy as np
+
+
+def test_holds_300_mb():
+    held = np.ones(300 * 1024 * 1024 // 8)
+    time.sleep(3)
+    assert held.sum() > 0
+'''
+    bounded = ASSIGNMENT.model_copy(update={"limits": ASSIGNMENT.limits.model_copy(update={"memory_mb": 1024})})
+    bounded = bounded.model_copy(update={"limits": bounded.limits.model_copy(update={"budget_memory_mb": 512})})
+    report, took = _grade(_suite(tmp_path, body), assignment=bounded, policy=False, audience="staff")
+    [test] = report.tests
+    assert test.outcomes["reference"] in (Outcome.ERROR, Outcome.FAILED)
+    assert "memory bound of 512 MB" in test.reason, test.reason
+    assert took <= 30
+    _the_next_grading_is_right(example_report)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
-from typing import Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictStr
 
 from grader.models import (
     REPORT_SCHEMA,
@@ -323,72 +321,7 @@ def test_junit_of_a_passing_suite_skips_the_unchecked_journal(passing: Report) -
     assert checks["policy"].find("failure") is None and checks["policy"].find("skipped") is None
 
 
-# ------------------------------------------------------------------------ Gradescope
-class _GradescopeTest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    name: StrictStr
-    score: StrictFloat
-    max_score: StrictFloat
-    status: Literal["passed", "failed"]
-    output: StrictStr
-    visibility: Literal["visible"]
-
-
-class _GradescopeResults(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    score: StrictFloat
-    max_score: StrictFloat
-    output: StrictStr
-    visibility: Literal["visible"]
-    stdout_visibility: Literal["visible"]
-    tests: list[_GradescopeTest]
-
-
-def test_gradescope_has_exactly_the_documented_fields(report: Report) -> None:
-    data = json.loads(render(report, "gradescope"))
-    assert set(data) == {"score", "max_score", "output", "visibility", "stdout_visibility", "tests"}
-    assert all(
-        set(t) == {"name", "score", "max_score", "status", "output", "visibility"}
-        for t in data["tests"]
-    )
-    # Pydantic lets an int pass for a float even in strict mode; Gradescope documents floats.
-    for entry in [data, *data["tests"]]:
-        assert type(entry["score"]) is float and type(entry["max_score"]) is float, entry
-    results = _GradescopeResults.model_validate(data)
-    assert 0 <= results.score <= results.max_score
-    assert all(0 <= t.score <= t.max_score for t in results.tests)
-
-
-def test_gradescope_scores_one_point_per_killed_mutant(report: Report) -> None:
-    results = _GradescopeResults.model_validate_json(render(report, "gradescope"))
-    assert results.score == report.score.killed and results.max_score == report.score.total
-    per_mutant = results.tests[: len(report.mutants)]
-    assert [t.score for t in per_mutant] == [1.0 if m.killed else 0.0 for m in report.mutants]
-    assert [t.status for t in per_mutant] == [
-        "passed" if m.killed else "failed" for m in report.mutants
-    ]
-    assert sum(t.score for t in results.tests) == results.score
-    assert sum(t.max_score for t in results.tests) == results.max_score
-    assert [t.name for t in results.tests[len(report.mutants) :]] == [
-        "Test validity",
-        "Policy",
-        "Journal",
-    ]
-    assert results.output.startswith("PASSED" if report.passed else "NOT PASSED")
-
-
-def test_gradescope_shows_the_failing_checks_and_the_hints(failing: Report) -> None:
-    results = _GradescopeResults.model_validate_json(render(failing, "gradescope"))
-    checks = {t.name: t for t in results.tests[len(failing.mutants) :]}
-    assert {name: t.status for name, t in checks.items()} == {
-        "Test validity": "failed",
-        "Policy": "failed",
-        "Journal": "failed",
-    }
-    assert "brittle" in checks["Test validity"].output
-    outputs = "\n".join(t.output for t in results.tests)
-    assert S02_HINT in outputs and HIDDEN_HINT in outputs
-    assert "required mutant s02 was not killed" in results.output
+# Gradescope: tests/grader/test_gradescope.py
 
 
 # ---------------------------------------------------------------------------- GitHub

@@ -1,0 +1,240 @@
+"""``mutagrade bundle gradescope``: the autograder zip, and its ``run_autograder`` run for real
+(the ``mutagrade`` of this checkout on PATH) on a folder laid out as Gradescope lays it out."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.paths import default_layout
+from grader.variants import VariantKind, build_variants
+
+LAYOUT = default_layout()
+STUDENT = LAYOUT.examples / "student"
+STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
+BIN = Path(sys.executable).parent  # the venv's bin: `mutagrade` is there, as setup.sh puts it on PATH
+WEAK = "from tinyllm.rnn.gru import GRU\n\n\ndef test_keys():\n    assert 'bias_hh_l0' in GRU(2, 3).state_dict()\n"
+
+
+def mutagrade(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader.cli", *args], capture_output=True, text=True, timeout=300,
+        cwd=cwd or LAYOUT.root, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+    done = mutagrade("bundle", "gradescope", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout
+    return out
+
+
+def _mode(info: zipfile.ZipInfo) -> int:
+    return (info.external_attr >> 16) & 0o7777
+
+
+# ---------------------------------------------------------------------------- the zip
+def test_the_zip_has_the_two_scripts_at_its_root_executable(bundle: Path) -> None:
+    with zipfile.ZipFile(bundle) as archive:
+        infos = {i.filename: i for i in archive.infolist()}
+    assert {"setup.sh", "run_autograder"} <= set(infos)
+    assert _mode(infos["setup.sh"]) == _mode(infos["run_autograder"]) == 0o755
+    assert stat.S_ISREG(infos["run_autograder"].external_attr >> 16)
+
+
+def test_the_zip_holds_an_installable_checkout_and_nothing_built(bundle: Path) -> None:
+    with zipfile.ZipFile(bundle) as archive:
+        names = set(archive.namelist())
+    for needed in ("pyproject.toml", "README.md", "grader/cli.py", "grader/worker/serve.py",
+                   "reference/tinyllm/rnn/gru.py", "mutants/manifest.toml", "mutants/assignment.toml",
+                   "scripts/setup-sandbox.sh"):
+        assert f"mutagrade/{needed}" in names, needed
+    patches = {p.name for p in (LAYOUT.mutants / "patches").iterdir()}
+    assert patches <= {Path(n).name for n in names if n.startswith("mutagrade/mutants/patches/")}
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or ".egg-info" in n]
+    assert not [n for n in names if n.startswith(("mutagrade/tests/", "mutagrade/.venv/", "mutagrade/examples/"))]
+
+
+def test_the_scripts_are_bash_that_parses_and_setup_installs_what_it_should(bundle: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(tmp_path)
+    for script in ("setup.sh", "run_autograder"):
+        assert (tmp_path / script).read_text().startswith("#!/usr/bin/env bash\n")
+        done = subprocess.run(["bash", "-n", str(tmp_path / script)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    setup = (tmp_path / "setup.sh").read_text()
+    assert 'pip install --quiet -e "$SRC"' in setup and "scripts/setup-sandbox.sh" in setup
+    assert "/usr/local/bin/mutagrade" in setup
+
+
+def test_the_bundle_is_the_same_byte_for_byte_each_time(bundle: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.zip"
+    assert mutagrade("bundle", "gradescope", "--output", str(again)).returncode == 0
+    assert again.read_bytes() == bundle.read_bytes()
+
+
+def test_a_repository_bundle_clones_the_course_repository_instead(tmp_path: Path) -> None:
+    out = tmp_path / "remote.zip"
+    url = "https://git.example.edu/course/mutagrade.git"
+    done = mutagrade("bundle", "gradescope", "--output", str(out), "--repository", url, "--ref", "v2026.1")
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(out) as archive:
+        names = set(archive.namelist())
+        assert archive.read("repository").decode() == f"{url}\nv2026.1\n"
+    assert {"setup.sh", "run_autograder", "repository"} == names
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--repository", "https://x.edu/a b.git"], "--repository: expected a git URL"),
+        (["--repository", "https://x.edu/a.git\nrm -rf /"], "--repository: expected a git URL"),
+        (["--repository=--upload-pack=touch /tmp/x"], "--repository: expected a git URL"),
+        (["--repository=-uhttps://x.edu/a.git"], "--repository: expected a git URL"),
+        (["--repository", "https://x.edu/a.git", "--ref=-b"], "--ref: expected a branch or tag"),
+        (["--repository", "https://x.edu/a.git", "--ref", "v1 v2"], "--ref: expected a branch or tag"),
+        (["--ref", "main"], "--ref needs --repository"),
+    ],
+)
+def test_a_bad_repository_or_ref_is_refused_naming_the_option(tmp_path: Path, args: list[str], expected: str) -> None:
+    out = tmp_path / "x.zip"
+    done = mutagrade("bundle", "gradescope", "--output", str(out), *args)
+    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_an_assignment_given_goes_into_the_bundle_checked_first(tmp_path: Path) -> None:
+    good = tmp_path / "assignment.toml"
+    good.write_text(LAYOUT.assignment.read_text().replace('gradescope_score = "verdict"', 'gradescope_score = "kills"'))
+    out = tmp_path / "a.zip"
+    done = mutagrade("bundle", "gradescope", "--output", str(out), "--assignment", str(good))
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(out) as archive:
+        assert 'gradescope_score = "kills"' in archive.read("mutagrade/mutants/assignment.toml").decode()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(LAYOUT.assignment.read_text().replace('gradescope_score = "verdict"', 'gradescope_score = "all"'))
+    done = mutagrade("bundle", "gradescope", "--output", str(tmp_path / "b.zip"), "--assignment", str(bad))
+    assert done.returncode == 2 and str(bad) in done.stderr and "gradescope_score" in done.stderr
+    assert not (tmp_path / "b.zip").exists()
+
+
+def test_an_output_in_a_missing_folder_is_exit_2(tmp_path: Path) -> None:
+    done = mutagrade("bundle", "gradescope", "--output", str(tmp_path / "nope" / "a.zip"))
+    assert done.returncode == 2 and "nope: no such folder to write the bundle into" in done.stderr
+
+
+# --------------------------------------------------------------- run_autograder, for real
+def _autograder(tmp_path: Path, bundle: Path) -> Path:
+    """A folder laid out as Gradescope lays /autograder out: source/ (the zip), submission/."""
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(bundle) as archive:
+        for name in ("setup.sh", "run_autograder"):
+            (root / "source").mkdir(parents=True, exist_ok=True)
+            (root / "source" / name).write_bytes(archive.read(name))
+    shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    (root / "submission").mkdir()
+    return root
+
+
+def _run(root: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    env = {
+        **os.environ, "OPENBLAS_NUM_THREADS": "1", "MUTAGRADE_AUTOGRADER_ROOT": str(root),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
+    done = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, timeout=300,
+                          cwd=root, env=env)
+    results = root / "results" / "results.json"
+    assert results.is_file(), done.stdout + done.stderr
+    return done, json.loads(results.read_text())
+
+
+def test_run_autograder_grades_a_student_repository_with_its_journal(tmp_path: Path, bundle: Path) -> None:
+    root = _autograder(tmp_path, bundle)
+    shutil.copytree(STUDENT, root / "submission", dirs_exist_ok=True)
+    cache = root / "submission" / STUDENT_TESTS / "__pycache__"  # left by the student's pytest: not packed
+    cache.mkdir()
+    (cache / "test_gru.cpython-311-pytest-9.2.0.pyc").write_bytes(b"\x00" * 64)
+    done, results = _run(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results["score"] == results["max_score"] == 12.0
+    assert isinstance(results["execution_time"], int) and results["stdout_visibility"] == "hidden"
+    checks = {t["name"]: t["status"] for t in results["tests"]}
+    assert checks["Verdict"] == "passed" and checks["Journal"] == "passed"
+    assert sum(name.startswith(("s", "hidden mutant")) for name in checks) == 12
+    hidden = [v.spec.title for v in build_variants(LAYOUT) if v.kind is VariantKind.MUTANT and v.spec.hidden]
+    assert not any(title in json.dumps(results) for title in hidden)
+
+
+def test_run_autograder_grades_tests_at_the_top_and_a_weak_suite_scores_less(tmp_path: Path, bundle: Path) -> None:
+    root = _autograder(tmp_path, bundle)
+    (root / "submission" / "test_weak.py").write_text(WEAK)
+    (root / "submission" / "notes.txt").write_text("not a test")
+    done, results = _run(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results["max_score"] == 12.0 and results["score"] == 0.0
+    assert results["output"].startswith("NOT PASSED")
+    assert not any(t["name"] == "Journal" for t in results["tests"])  # not checked: not shown as passed
+
+
+@pytest.mark.parametrize("where", ["folder", "file", "inside"])
+def test_a_link_to_the_course_tests_is_refused_not_graded(tmp_path: Path, bundle: Path, where: str) -> None:
+    """The attack: point the graded tests at the course's own (they kill every mutant)."""
+    root = _autograder(tmp_path, bundle)
+    course = LAYOUT.course_tests
+    if where == "folder":
+        (root / "submission" / "python" / "tests").mkdir(parents=True)
+        (root / "submission" / STUDENT_TESTS).symlink_to(course, target_is_directory=True)
+    elif where == "file":
+        test_file = next(course.glob("test_*.py"))
+        (root / "submission" / "test_gru.py").symlink_to(test_file)
+    else:
+        (root / "submission" / STUDENT_TESTS).mkdir(parents=True)
+        (root / "submission" / STUDENT_TESTS / "test_gru.py").write_text(WEAK)
+        (root / "submission" / STUDENT_TESTS / "test_course.py").symlink_to(next(course.glob("test_*.py")))
+    done, results = _run(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results["score"] == 0.0
+    assert "symbolic link" in results["output"] and results["tests"][0]["status"] == "failed"
+
+
+def test_a_submission_with_no_tests_gets_a_result_that_says_so(tmp_path: Path, bundle: Path) -> None:
+    root = _autograder(tmp_path, bundle)
+    (root / "submission" / "README.md").write_text("my tests are elsewhere")
+    done, results = _run(root)
+    assert done.returncode == 0
+    assert results["score"] == 0.0 and "No tests found" in results["output"]
+    assert "python/tests/l3-3-gru/" in results["output"]
+
+
+def test_a_malformed_journal_gets_a_result_naming_the_line(tmp_path: Path, bundle: Path) -> None:
+    root = _autograder(tmp_path, bundle)
+    (root / "submission" / STUDENT_TESTS).mkdir(parents=True)
+    (root / "submission" / STUDENT_TESTS / "test_weak.py").write_text(WEAK)
+    (root / "submission" / ".tdd").mkdir()
+    (root / "submission" / ".tdd" / "journal.jsonl").write_text("{not json\n")
+    done, results = _run(root)
+    assert done.returncode == 0
+    assert results["score"] == 0.0
+    assert "could not be graded" in results["output"] and ".tdd/journal.jsonl:1:" in results["output"]
+    assert "mutagrade-autograder" not in results["output"]  # the staging folder is not the student's business
+
+
+def test_without_mutagrade_on_path_the_result_says_the_autograder_is_not_set_up(tmp_path: Path, bundle: Path) -> None:
+    root = _autograder(tmp_path, bundle)
+    (root / "submission" / "test_weak.py").write_text(WEAK)
+    env = {"PATH": "/usr/bin:/bin", "MUTAGRADE_AUTOGRADER_ROOT": str(root)}
+    done = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0.0 and "not set up" in results["output"]
