@@ -6,7 +6,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: demo test venv system sandbox bytecode lint clean
+.PHONY: demo test venv system sandbox bytecode lint clean student-package
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ test: venv system sandbox bytecode
 
 lint: venv
 	$(BIN)/ruff check grader reference fixtures tests
+
+# The student package: the tdd, check and submit commands, the course tests and goldens, and
+# nothing of the answer key (packaging/student/pyproject.toml lists what it holds). Built
+# offline with the venv's setuptools; STUDENT_DIST=DIR writes it elsewhere.
+STUDENT_DIST ?= dist
+student-package: | $(BIN)/python
+	$(BIN)/python packaging/student/build.py --dist $(STUDENT_DIST)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

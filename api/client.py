@@ -7,9 +7,11 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
+from grader.exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NOT_PASSED, EXIT_OK, EXIT_UNREACHABLE
 from grader.models import Report
 from grader.report import render
 from grader.report.github import append_job_summary
@@ -45,31 +47,52 @@ def pack(repo: Path) -> bytes:
         else:
             files = sorted(p for p in repo.iterdir() if p.suffix == ".py" and p.is_file())
             if not files:
-                raise ClientError(f"{repo}: expected {STUDENT_TESTS}/ or test files (*.py), found neither", 2)
+                raise ClientError(f"{repo}: expected {STUDENT_TESTS}/ or test files (*.py), found neither", EXIT_BAD_INPUT)
             for path in files:
                 add(path, path.name)
     return buffer.getvalue()
 
 
+def _check_server(server: str) -> str:
+    """The server's base address, if it reads as one (``http://host:port``)."""
+    parts = urlsplit(server)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ClientError(f"--server {server!r}: expected an http:// or https:// address, e.g. http://127.0.0.1:8000",
+                          EXIT_BAD_INPUT)
+    return server.rstrip("/")
+
+
+def _unreachable(server: str, exc: httpx.TransportError) -> ClientError:
+    """One line: which server, what went wrong on the way, what to check."""
+    what = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return ClientError(f"the server {server} could not be reached ({what}); check the address and that "
+                           "the service is running", EXIT_UNREACHABLE)
+    return ClientError(f"the server {server} could not be reached: it stopped answering ({type(exc).__name__}: "
+                       f"{what})", EXIT_UNREACHABLE)
+
+
 def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: float = 600.0) -> int:
     """Upload ``repo``'s tests, wait for the grade, print the report; returns the exit code
-    of ``mutagrade grade`` (0 passed, 1 not passed, 2 refused, 3 the service failed)."""
+    of ``mutagrade grade`` (0 passed, 1 not passed, 2 refused, 3 the service failed), or 4
+    when the server could not be reached (:mod:`grader.exits`)."""
+    server = _check_server(server)
     archive = pack(repo)
     headers = {"Authorization": f"Bearer {token}"}
     try:
-        with httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=30.0) as http:
+        with httpx.Client(base_url=server, headers=headers, timeout=30.0) as http:
             answer = http.post("/v1/submissions", files={"archive": ("submission.tar.gz", archive, "application/gzip")})
             if answer.status_code == 429:
-                raise ClientError(f"{_detail(answer)} (Retry-After: {answer.headers.get('Retry-After')} s)", 2)
+                raise ClientError(f"{_detail(answer)} (Retry-After: {answer.headers.get('Retry-After')} s)", EXIT_BAD_INPUT)
             if answer.status_code >= 400:
                 raise ClientError(f"the server refused the submission ({answer.status_code}): {_detail(answer)}",
-                                  2 if answer.status_code < 500 else 3)
+                                  EXIT_BAD_INPUT if answer.status_code < 500 else EXIT_INTERNAL)
             created = answer.json()
             started = time.monotonic()
             while True:
                 state = http.get(f"/v1/submissions/{created['id']}")
                 if state.status_code >= 400:
-                    raise ClientError(f"could not follow submission {created['id']}: {_detail(state)}", 3)
+                    raise ClientError(f"could not follow submission {created['id']}: {_detail(state)}", EXIT_INTERNAL)
                 body = state.json()
                 elapsed = time.monotonic() - started
                 print(f"\rsubmission {created['id']}: {body['status']:<8} {elapsed:5.0f} s", end="", file=sys.stderr, flush=True)
@@ -78,19 +101,23 @@ def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: f
                     break
                 if elapsed > timeout:
                     print(file=sys.stderr)
-                    raise ClientError(f"submission {created['id']} was not graded within {timeout:g} s", 3)
+                    raise ClientError(f"submission {created['id']} was not graded within {timeout:g} s", EXIT_INTERNAL)
                 time.sleep(0.5)
-    except httpx.HTTPError as exc:
-        raise ClientError(f"cannot reach {server}: {exc}", 3) from None
+    except httpx.TransportError as exc:
+        raise _unreachable(server, exc) from None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:  # an answer that is no mutagrade service's
+        raise ClientError(f"the server {server} did not answer as a mutagrade service does "
+                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})", EXIT_UNREACHABLE) from None
     if body["status"] == "error":
-        raise ClientError(f"submission {created['id']}: {body['error']}", 2 if "could not be graded" in (body["error"] or "") else 3)
+        refused = "could not be graded" in (body["error"] or "")
+        raise ClientError(f"submission {created['id']}: {body['error']}", EXIT_BAD_INPUT if refused else EXIT_INTERNAL)
     report = Report.model_validate(body["report"])
     print(render(report, fmt))
     append_job_summary(report)  # on GitHub Actions the job summary gets the Markdown report too
-    print(f"report page: {server.rstrip('/')}{body['links']['report_html']}", file=sys.stderr)
+    print(f"report page: {server}{body['links']['report_html']}", file=sys.stderr)
     if report.input_refused:
-        return 2
-    return 0 if report.passed else 1
+        return EXIT_BAD_INPUT
+    return EXIT_OK if report.passed else EXIT_NOT_PASSED
 
 
 def _detail(response: httpx.Response) -> str:

@@ -14,6 +14,7 @@ from api.db import User
 __all__ = ["ID_MAX", "CurrentUser", "RowId", "SessionDep", "StaffUser", "get_session"]
 
 TOKEN_COOKIE = "mutagrade_token"
+_READ_ONLY = frozenset({"GET", "HEAD"})  # the methods the cookie is taken for, on the REST API
 
 # Ids are Integer columns: 32-bit on PostgreSQL, 64-bit on SQLite. A larger number in a URL
 # must be refused as bad input (422), not reach the driver and come back as a 500.
@@ -37,13 +38,20 @@ def get_current_user(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> User:
     """The user of the bearer token, or of the cookie the sign-in form sets (a token is never
-    taken from the URL: addresses end up in logs, histories and ``Referer`` headers)."""
+    taken from the URL: addresses end up in logs, histories and ``Referer`` headers).
+
+    The cookie opens what the pages link to (reports to download) and changes nothing: the
+    browser sends it with a request to this host from any page of the same site, so a post from
+    elsewhere would ride on it. The pages' own forms post to the pages, which check them
+    (:mod:`api.csrf`)."""
     token = credentials.credentials if credentials else None
-    token = token or request.cookies.get(TOKEN_COOKIE)
+    if token is None and request.method in _READ_ONLY:
+        token = request.cookies.get(TOKEN_COOKIE)
     if not token:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            "missing token: send 'Authorization: Bearer <token>'",
+            "missing token: send 'Authorization: Bearer <token>'"
+            + ("" if request.method in _READ_ONLY else " (the sign-in cookie opens pages and downloads only)"),
             headers={"WWW-Authenticate": "Bearer"},
         )
     user = crud.user_by_token(session, token=token)

@@ -75,8 +75,10 @@ def grade_submission(
     layout = layout_of(settings)
     assignment = load_assignment(layout.assignment)
     limits = assignment.run_limits(settings.grade_jobs)
+    unpacked = ""
     try:
         with tempfile.TemporaryDirectory(prefix="mutagrade-submission-") as tmp:
+            unpacked = tmp
             files = unpack(submission.archive, Path(tmp), archive_limits(settings))
             journal = None
             if files.journal is not None:
@@ -98,8 +100,10 @@ def grade_submission(
         return _without_sandbox(submission, exc, settings=settings, make_session=make_session, worker=worker,
                                 release=not hold_claim)
     except (ArchiveError, GradingInputError, JournalFormatError) as exc:
+        # Files named as in the archive, not where it was unpacked.
+        why = str(exc).replace(unpacked, submission.archive_name) if unpacked else str(exc)
         with make_session() as session:
-            return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {exc}")
+            return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {why}")
     except Exception as exc:  # noqa: BLE001 - recorded, and the worker goes on with the next job
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"internal error: {exc!r}")

@@ -16,7 +16,7 @@ from api.logs import install as redact_tokens_in_logs
 from api.migrate import upgrade
 from api.queue import make_queue
 from api.ratelimit import RateLimiter
-from api.routes import golden, pages, public, staff, submissions
+from api.routes import docs, golden, pages, public, staff, submissions
 from grader import __version__
 from grader.assignment import load_assignment
 from grader.variants import build_variants
@@ -53,6 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Grades students' GRU test suites by the mutants they kill.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's own pages load from CDNs: docs.install serves them from here
+        redoc_url=None,
     )
     engine = make_engine(settings.database_url)
     app.state.settings = settings
@@ -70,4 +72,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (submissions, staff, golden, public, pages):
         app.include_router(module.router)
+    docs.install(app)
     return app

@@ -20,6 +20,7 @@ class Links(BaseModel):
     self: str
     report_json: str
     report_html: str
+    report_md: str
     report_junit: str
     report_gradescope: str
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from fastapi import HTTPException, Request, status
 from sqlalchemy.orm import Session
 
@@ -11,7 +13,7 @@ from api.schemas import Links, SubmissionPublic
 from grader.models import Report
 from grader.scoring import student_view
 
-__all__ = ["done_report", "links", "owned_submission", "public", "report_for"]
+__all__ = ["done_report", "links", "owned_submission", "public", "report_for", "shown_time"]
 
 
 def links(submission_id: int) -> Links:
@@ -20,6 +22,7 @@ def links(submission_id: int) -> Links:
         self=base,
         report_json=f"{base}/report.json",
         report_html=f"/submissions/{submission_id}",
+        report_md=f"{base}/report.md",
         report_junit=f"{base}/report.junit.xml",
         report_gradescope=f"{base}/report.gradescope.json",
     )
@@ -69,3 +72,14 @@ def public(request: Request, submission: Submission, user: User, *, with_report:
         links=links(submission.id),
         report=report_for(request, submission, user) if with_report else None,
     )
+
+
+def shown_time(moment: datetime | str | None) -> str:
+    """A moment as the pages write it, to the second and with its zone: ``2026-12-03 21:43:57
+    UTC`` (stored times are UTC; SQLite hands them back without their zone). Empty for none."""
+    if not moment:
+        return ""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    utc = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return utc.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -38,6 +38,7 @@ from grader.paths import Layout
 from grader.runner import RunLimits
 from grader.sandbox import SandboxMode, check_mode
 from grader.spreadsheet import write_rows
+from grader.suite_input import ARCHIVE_SUFFIXES, read_archive
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
@@ -54,7 +55,6 @@ __all__ = [
 
 STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
 JOURNAL = Path(".tdd") / "journal.jsonl"
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
 CSV_FIELDS = ("student", "passed", "kill_rate", "killed", "total", "missing_required", "journal", "problems")
 NO_JOURNAL = "no journal (.tdd/journal.jsonl) was submitted"  # as the service says it
 NOT_GRADED_SCHEMA = "mutagrade.not-graded/1"
@@ -170,15 +170,6 @@ def _relabel(root: Path, name: str) -> Callable[[str], str]:
     return lambda text: text.replace(prefix, name)
 
 
-def _read_archive(path: Path, limit: int) -> bytes:
-    """The archive's bytes, never more than one past the limit (the check then refuses it)."""
-    size = path.stat().st_size
-    if size > limit:
-        raise ArchiveError(f"the archive is {size} bytes; at most {limit} are accepted", 413)
-    with path.open("rb") as handle:
-        return handle.read(limit + 1)
-
-
 def _link_in_journal(root: Path) -> str | None:
     """The first link among the journal's files (``.tdd/``), relative to ``root``: a folder
     handed in may hold one that points out of it; an archive never does."""
@@ -231,7 +222,7 @@ def _prepare(entry: StudentSubmission, *, layout: Layout, assignment: Assignment
             prepared._tmp = tempfile.TemporaryDirectory(prefix="mutagrade-batch-")
             root = Path(prepared._tmp.name)
             prepared.label = _relabel(root, path.name)
-            tests = unpack(_read_archive(path, archive_limits.max_bytes), root, archive_limits).tests
+            tests = unpack(read_archive(path, archive_limits.max_bytes), root, archive_limits).tests
         prepared.tests = tests
         prepared.journal = _journal_of(root, tests, layout=layout, assignment=assignment, limits=limits,
                                        label=prepared.label)

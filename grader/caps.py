@@ -29,6 +29,7 @@ __all__ = [
     "ELLIPSIS",
     "MAX_ID_CHARS",
     "MAX_LISTED",
+    "MAX_MESSAGE_LINES",
     "MAX_NAMED_TESTS",
     "MAX_STORED_REPORT_BYTES",
     "MAX_TESTS",
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_TEST_REASON_CHARS",
     "MAX_TEXT_CHARS",
     "bound_journal",
+    "cap_lines",
     "cap_text",
     "first",
     "fit_report",
@@ -59,6 +61,9 @@ MAX_ID_CHARS = 300
 MAX_TEXT_CHARS = 2000
 # The reason a test does not count: one per test, up to MAX_TESTS of them.
 MAX_TEST_REASON_CHARS = 500
+# Lines of a failure's message a reason or a refusal quotes (numpy's assertion messages run to
+# about 9: what differs, where, by how much, then both arrays).
+MAX_MESSAGE_LINES = 10
 # A report as the service stores it; with the caps above a report stays far below (about
 # 3 MiB for MAX_TESTS tests of the longest ids, each killing every mutant in a full matrix).
 MAX_STORED_REPORT_BYTES = 8 * 1024**2
@@ -74,6 +79,15 @@ def cap_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[: max(0, limit - len(ELLIPSIS))] + ELLIPSIS
+
+
+def cap_lines(text: str, limit: int = MAX_MESSAGE_LINES) -> list[str]:
+    """The non-blank lines of ``text`` (a failure's message), at most ``limit`` of them, the
+    cut said in one more line."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= limit:
+        return lines
+    return [*lines[:limit], f"{ELLIPSIS} ({len(lines) - limit} more lines)"]
 
 
 def first(items: Iterable[T], limit: int = MAX_LISTED) -> tuple[list[T], int]:

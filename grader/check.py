@@ -10,16 +10,19 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from grader.assignment import Assignment
+from grader.errors import GradingInputError
 from grader.golden import torch_available
-from grader.grading import GradingInputError, grade_suite
 from grader.journal import GRU_FILE, run_snapshot, verify_journal
 from grader.models import CourseTestResult, ImplementationCheck, JournalSummary, Report, WorkerRun
 from grader.paths import Layout
 from grader.runner import RunLimits
 from grader.sandbox import SandboxMode
 from grader.tdd import StudentRepo
+
+if TYPE_CHECKING:
+    from grader.assignment import Assignment
 
 __all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_repo"]
 
@@ -79,6 +82,10 @@ def check_repo(
     Raises:
         GradingInputError: if the implementation or the tests are missing.
     """
+    # The mutation grade needs the mutants, which only a staff checkout holds: the student
+    # package ships this module (check_implementation) without the grading engine.
+    from grader.grading import grade_suite
+
     limits = replace(assignment.run_limits(), sandbox=sandbox)
     implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)
     if repo.journal_path.exists():

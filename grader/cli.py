@@ -1,7 +1,8 @@
 """The ``mutagrade`` command line: a thin layer over the library functions.
 
-Exit codes: 0 success, 1 a check ran and did not pass, 2 bad input (path, manifest, patch,
-a policy violation, more tests than the grader takes), 3 internal error.
+Exit codes (:mod:`grader.exits`): 0 success, 1 a check ran and did not pass, 2 bad input (path,
+archive, manifest, patch, a policy violation, more tests than the grader takes), 3 internal
+error, 4 (``submit``) the server could not be reached.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from grader import __version__
+from grader.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
 from grader.paths import Layout, default_layout
 
 # The rest of the grader (pydantic, numpy, ...) is imported by the command that needs it:
@@ -22,7 +24,9 @@ from grader.paths import Layout, default_layout
 
 __all__ = ["main", "start_process"]
 
-EXIT_OK, EXIT_NOT_PASSED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+# The formats of a printed report: the keys of grader.report.RENDERERS, spelled out here so
+# that the parser is built before the grader (pydantic) is imported.
+FORMATS = ("text", "json", "junit", "gradescope", "github", "html")
 
 
 class UsageError(Exception):
@@ -225,68 +229,9 @@ class _QuietParser(argparse.ArgumentParser):
 def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
     # The workers were started from this same command line (:func:`_launch_before_parsing`),
     # or could not be (the grading then says why); main() closes them once the report is out.
-    return _grade_with(args, layout, args.launched)
+    from grader.grade_command import run_grade
 
-
-def _grade_with(args: argparse.Namespace, layout: Layout, launched) -> int:
-    from grader.grading import grade_suite
-    from grader.journal import verify_journal
-    from grader.report.github import append_job_summary
-
-    if not gc.isenabled():
-        # The command's own process: the collector was off while the grader was imported (see
-        # run()). What the imports made lives as long as the command: frozen, the collections
-        # to come never walk it (the first one after the imports otherwise goes through every
-        # object they made, about 5 ms). A caller with the collector on is left as it is.
-        gc.freeze()
-        gc.enable()
-    assignment = _assignment(args, layout)
-    journal = None
-    if args.journal:
-        journal = verify_journal(
-            Path(args.journal), Path(args.tests_dir), layout=layout, limits=assignment.run_limits(args.jobs)
-        )
-    # Gradescope may reveal the hidden mutants after the due date (the assignment says): that
-    # takes the staff report; all the rest shows its student view.
-    reveal = args.format == "gradescope" and args.audience == "student" and assignment.gradescope_hidden_hints != "never"
-    report = grade_suite(
-        Path(args.tests_dir),
-        layout=layout,
-        assignment=assignment,
-        policy=args.policy == "on",
-        journal=journal,
-        audience="staff" if reveal else args.audience,
-        jobs=args.jobs,
-        sandbox=args.sandbox,
-        full_matrix=args.full_matrix,
-        launched=launched,
-    )
-    staff = None
-    if reveal:
-        from grader.scoring import student_view
-        from grader.variants import build_variants
-
-        staff, report = report, student_view(report, build_variants(layout))
-    text = _render(report, args.format, assignment, revealed=staff)
-    if args.output:
-        Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
-    else:
-        print(text)
-    append_job_summary(report)  # on GitHub Actions the job summary gets the Markdown report too
-    if report.input_refused:  # a policy violation, or more tests than the grader takes
-        return EXIT_BAD_INPUT
-    return EXIT_OK if report.passed else EXIT_NOT_PASSED
-
-
-def _render(report, fmt: str, assignment, revealed=None) -> str:
-    """The report in ``fmt``; Gradescope's scored as the assignment says."""
-    if fmt != "gradescope":
-        from grader.report import render
-
-        return render(report, fmt)
-    from grader.report.gradescope import gradescope_options, render_gradescope
-
-    return render_gradescope(report, gradescope_options(assignment), revealed=revealed)
+    return run_grade(args, layout, args.launched)
 
 
 def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
@@ -363,10 +308,11 @@ def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
 
 def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
     from grader.check import check_repo
+    from grader.grade_command import render_report
 
     assignment = _assignment(args, layout)
     report = check_repo(_student_repo(args), layout=layout, assignment=assignment, sandbox=_local_sandbox())
-    print(_render(report, args.format, assignment))
+    print(render_report(report, args.format, assignment))
     if report.input_refused:  # a policy violation, or more tests than the grader takes
         return EXIT_BAD_INPUT
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
@@ -491,8 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_grade(commands: argparse._SubParsersAction) -> None:
     grade = commands.add_parser("grade", help="grade a student's test suite by the mutants it kills")
-    grade.add_argument("tests_dir", help="the folder of the student's test files")
-    grade.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    grade.add_argument("tests_dir", help="the folder of the student's test files, or an archive of them (.zip, .tar.gz)")
+    grade.add_argument("--format", choices=FORMATS, default="text")
     grade.add_argument("--output", help="write the report to this file instead of standard output")
     grade.add_argument("--journal", help="the red-then-green journal (.tdd/journal.jsonl) to verify")
     grade.add_argument("--policy", choices=("on", "off"), default="on", help="off: trusted suites only (staff)")
@@ -530,7 +476,7 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     check.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
     check.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
     check.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
-    check.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    check.add_argument("--format", choices=FORMATS, default="text")
     check.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     check.set_defaults(run=_cmd_check)
 
@@ -563,7 +509,7 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
     submit.add_argument("--server", required=True, help="e.g. http://127.0.0.1:8000")
     submit.add_argument("--token", help="your token (default: MUTAGRADE_TOKEN)")
-    submit.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    submit.add_argument("--format", choices=FORMATS, default="text")
     submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the grade")
     submit.set_defaults(run=_cmd_submit)
 
@@ -636,21 +582,7 @@ def _run(argv: list[str], launched) -> int:
     if args.run is not _cmd_grade:
         gc.enable()  # a long command (serve, worker, grade-batch) collects as usual
     layout = _layout(args)
-    try:
-        return args.run(args, layout)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # the reader went away (``| head``): nothing left to say
-        return EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: say so, exit 3
-        if isinstance(exc, _input_errors()):
-            print(f"mutagrade: error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        import traceback
-
-        traceback.print_exc()
-        print("mutagrade: internal error (see the traceback above)", file=sys.stderr)
-        return EXIT_INTERNAL
+    return exit_code_of(lambda: args.run(args, layout), _input_errors)
 
 
 def _input_errors() -> tuple[type[Exception], ...]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
+from fnmatch import fnmatch
+from pathlib import Path, PurePath
 
 from grader.assignment import Assignment
 from grader.caps import bound_journal, cap_text
+from grader.errors import GradingInputError
 from grader.launch import Launched
 from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.paths import Layout
@@ -26,8 +28,9 @@ from grader.variants import Variant, VariantKind, build_variants
 __all__ = ["GradingInputError", "grade_suite"]
 
 
-class GradingInputError(ValueError):
-    """The submission cannot be graded at all (a bad path, no test files)."""
+# The files pytest collects tests from (its default ``python_files``, the only one a run uses).
+TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
+_NAMED = 3  # Python files a message names when none of them is a test file
 
 
 def _check_dir(tests_dir: Path) -> Path:
@@ -35,8 +38,14 @@ def _check_dir(tests_dir: Path) -> Path:
         raise GradingInputError(f"{tests_dir}: no such directory of tests")
     if not tests_dir.is_dir():
         raise GradingInputError(f"{tests_dir}: expected a directory of test files, found a file")
-    if not any(p.suffix == ".py" for p in tests_dir.rglob("*")):
-        raise GradingInputError(f"{tests_dir}: expected test files (test_*.py), found no Python file")
+    missing = f"no {' or '.join(TEST_FILE_PATTERNS)} file was found (the files pytest collects tests from)"
+    found = sorted(p.relative_to(tests_dir).as_posix() for p in tests_dir.rglob("*.py") if p.is_file())
+    if not found:
+        raise GradingInputError(f"{tests_dir}: {missing}; found no Python file")
+    if not any(fnmatch(PurePath(name).name, pattern) for name in found for pattern in TEST_FILE_PATTERNS):
+        shown = [name if name.isprintable() else repr(name) for name in found[:_NAMED]]  # no line breaks
+        named = ", ".join(shown) + (f" and {len(found) - _NAMED} more" if len(found) > _NAMED else "")
+        raise GradingInputError(f"{tests_dir}: {missing}; found only {named}")
     return tests_dir.resolve()
 
 

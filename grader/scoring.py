@@ -16,6 +16,7 @@ from grader.caps import (
     MAX_NAMED_TESTS,
     MAX_TEST_REASON_CHARS,
     bound_journal,
+    cap_lines,
     cap_text,
     first,
     short_ids,
@@ -57,8 +58,14 @@ def shown_ids(variants: list[Variant], audience: str) -> dict[str, str]:
     return names
 
 
-def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else ""
+def _failure(head: str, message: str) -> list[str]:
+    """``head`` and the failure's message under it, as a reason shows them: the message's
+    first line after the head, the rest of it indented below (numpy's assertion messages say
+    what differs on their later lines)."""
+    lines = cap_lines(message)
+    if not lines:
+        return [head]
+    return [f"{head}: {lines[0]}", *(f"  {line}" for line in lines[1:])]
 
 
 def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[TestStatus, str]:
@@ -67,11 +74,12 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
     second = second_run.outcome(test_id) if second_run is not None else Outcome.MISSING
     message = next((r.message for r in matrix.first["reference"].results if r.test_id == test_id), "")
     if first is not Outcome.PASSED and second is not Outcome.PASSED:
-        why = _first_line(message)
-        return TestStatus.WRONG, (
-            f"fails on the reference implementation ({first.value})" + (f": {why}" if why else "")
-            + "; not run on the wheats or mutants"
-        )
+        lines = cap_lines(message)
+        return TestStatus.WRONG, "\n".join([
+            f"fails on the reference implementation ({first.value}), so it was not run on the wheats or mutants"
+            + (":" if lines else ""),
+            *(f"  {line}" for line in lines),
+        ])
     if first is not second:
         return TestStatus.FLAKY, (
             f"gave {first.value} and then {second.value} on the reference, run twice under "
@@ -86,15 +94,23 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
                 f"passed on the reference, then gave {late.value} when the reference was run again "
                 "later in the grading: its result depends on when it runs, not on the implementation"
             )
-    rejected = []
+    rejected: list[str] = []
+    said: set[str] = set()
     for wheat in wheats:
         outcome = matrix.outcome(test_id, wheat.id)
         if outcome not in (Outcome.PASSED, Outcome.NOT_RUN):
             result = next((r for r in matrix.first[wheat.id].results if r.test_id == test_id), None)
-            why = _first_line(result.message) if result else ""
-            rejected.append(f"{wheat.id} ({wheat.spec.title}): {outcome.value}" + (f": {why}" if why else ""))
+            message = result.message.strip() if result else ""
+            head = f"{wheat.id} ({wheat.spec.title}): {outcome.value}"
+            if message and message in said:  # every wheat failing it alike: its message once
+                rejected.append(f"{head}, with the same message")
+                continue
+            said.add(message)
+            rejected.extend(_failure(head, message))
     if rejected:
-        return TestStatus.BRITTLE, "rejects a correct implementation: " + "; ".join(rejected) + "; not run on the mutants"
+        return TestStatus.BRITTLE, "\n".join(
+            ["rejects a correct implementation, so it was not run on the mutants:", *(f"  {line}" for line in rejected)]
+        )
     return TestStatus.VALID, ""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.caps import cap_lines
 from grader.journal import (
     FORMAT_VERSION,
     GRU_FILE,
@@ -26,7 +27,7 @@ from grader.journal import (
     sha256_bytes,
     utc_now,
 )
-from grader.models import Outcome, SuiteRun, WorkerRun
+from grader.models import Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.paths import Layout
 from grader.policy import find_violations
 from grader.runner import RunLimits
@@ -36,6 +37,7 @@ __all__ = ["DEFAULT_IMPL", "DEFAULT_TESTS", "Refused", "StudentRepo", "record", 
 DEFAULT_IMPL = Path("python")
 DEFAULT_TESTS = Path("python") / "tests" / "l3-3-gru"
 TEST_PATTERNS = ("*.py",)
+MAX_EXPLAINED = 5  # failing tests a refusal quotes the message of
 IMPL_PATTERNS = ("*.py", "*.pyi")
 
 
@@ -172,10 +174,19 @@ def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits
             "(or undo the test change)"
         )
     run = _run(repo, layout, limits)
-    failing = [f"{r.test_id} ({r.outcome.value})" for r in run.results if r.outcome is not Outcome.PASSED]
+    failing = [r for r in run.results if r.outcome is not Outcome.PASSED]
     if failing:
-        raise Refused(f"not every test passes yet: {', '.join(failing)}; fix the implementation and try again")
+        named = ", ".join(f"{r.test_id} ({r.outcome.value})" for r in failing)
+        raise Refused(f"not every test passes yet: {named}; fix the implementation and try again"
+                      + "".join(_why(r) for r in failing[:MAX_EXPLAINED])
+                      + (f"\n  ... and {len(failing) - MAX_EXPLAINED} more" if len(failing) > MAX_EXPLAINED else ""))
     return _append(repo, journal, Phase.GREEN, run, [])
+
+
+def _why(result: TestOutcome) -> str:
+    """A failing test and its message, indented under the refusal."""
+    lines = cap_lines(result.message)
+    return f"\n  {result.test_id}:" + "".join(f"\n    {line}" for line in lines or [result.outcome.value])
 
 
 def status(repo: StudentRepo) -> str:

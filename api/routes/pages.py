@@ -1,27 +1,37 @@
-"""Server-rendered HTML pages: sign-in and sign-out, submissions, one submission's report, the
-gradebook.
+"""Server-rendered HTML pages: sign-in and sign-out, submissions (with the upload form), one
+submission's report (with the staff's regrade button), the gradebook.
 
 No JavaScript and no build step: plain templates, readable with any browser or screen reader.
 A token reaches the pages one way only: the sign-in form, which sets an HTTP-only cookie (never
 ``?token=``: addresses are written to access logs and browser histories).
 Student text (test ids, messages, file and user names) is escaped by Jinja's autoescaping, and
 every page also tells the browser to run no script at all (:data:`PAGE_HEADERS`).
+The forms that change something post here with a form token and are checked to come from these
+pages (:mod:`api.csrf`); uploading and regrading go through the same code as the REST routes.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Mapping
 
-from fastapi import APIRouter, Form, Request, Response, status
+from fastapi import APIRouter, Depends, Form, HTTPException, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as FormError
 
 from api import crud
+from api.csrf import FIELD, foreign_origin, form_token, token_matches
 from api.db import User
 from api.deps import TOKEN_COOKIE, RowId, SessionDep
-from api.views import owned_submission, public
+from api.routes.submissions import accept_upload, start_regrade
+from api.views import owned_submission, public, shown_time
+from grader.report._common import mutant_name
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
@@ -33,19 +43,69 @@ PAGE_HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
 }
+# A page of a submission not graded yet reloads itself this often (seconds).
+PENDING_REFRESH_S = 3
+NO_FILE = "choose a .tar.gz or .zip of your tests to upload"
 
 
-def _page(request: Request, name: str, context: dict, status_code: int = status.HTTP_200_OK) -> Response:
-    return templates.TemplateResponse(request, name, context, status_code=status_code, headers=PAGE_HEADERS)
+def _moment(value: datetime | str | None) -> Markup:
+    """A moment as people read it, the exact one kept for machines: ``<time datetime=…>``."""
+    if not value:
+        return Markup("")
+    exact = crud.as_utc(value) if isinstance(value, datetime) else value
+    return Markup('<time datetime="{}">{}</time>').format(exact, shown_time(exact))
 
 
-def _page_user(request: Request, session: Session) -> User | None:
+templates.env.globals.update(moment=_moment, mutant_name=mutant_name, FIELD=FIELD)
+
+
+def _page(
+    request: Request, name: str, context: dict, status_code: int = status.HTTP_200_OK,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    token = request.cookies.get(TOKEN_COOKIE)
+    context = {"csrf": form_token(token) if token and context.get("user") else None, **context}
+    return templates.TemplateResponse(
+        request, name, context, status_code=status_code, headers={**(headers or {}), **PAGE_HEADERS}
+    )
+
+
+def page_user(request: Request, session: SessionDep) -> User | None:
+    """The user signed in by the cookie, if any (a sync dependency: it runs in the thread pool)."""
     token = request.cookies.get(TOKEN_COOKIE)
     return crud.user_by_token(session, token=token) if token else None
 
 
+PageUser = Annotated[User | None, Depends(page_user)]
+
+
 def _to_login() -> Response:
     return RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _refused(request: Request, user: User | None, title: str, message: str) -> Response:
+    """A 403 page saying why, the user still signed in (never the sign-in form again)."""
+    return _page(request, "refused.html", {"user": user, "title": title, "message": message},
+                 status.HTTP_403_FORBIDDEN)
+
+
+def _from_elsewhere(request: Request, user: User | None) -> Response | None:
+    """The refusal of a post that says it comes from another origin than these pages."""
+    origin = foreign_origin(request)
+    if origin is None:
+        return None
+    return _refused(request, user, "Refused",
+                    f"this form was sent from {origin}, not from this site's own page: "
+                    "open the page here and send it again from this site")
+
+
+def _token_refused(request: Request, user: User, sent: object) -> Response | None:
+    """The refusal of a post whose form token is not the signed-in user's."""
+    if token_matches(request.cookies.get(TOKEN_COOKIE, ""), sent):
+        return None
+    return _refused(request, user, "Refused",
+                    "this form's token is missing or is not that of your sign-in (a page from before "
+                    "you signed in, or a form from another site): reload the page and send it again from this site")
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -60,6 +120,10 @@ def login_form(request: Request) -> Response:
 
 @router.post("/login", response_class=HTMLResponse)
 def login(request: Request, session: SessionDep, token: Annotated[str, Form()]) -> Response:
+    # Signing a victim in as someone else (so that what they upload lands in that account)
+    # takes a post from another site: refused like any other.
+    if (refusal := _from_elsewhere(request, None)) is not None:
+        return refusal
     if crud.user_by_token(session, token=token.strip()) is None:
         return _page(request, "login.html", {"user": None, "error": "unknown token"}, status.HTTP_401_UNAUTHORIZED)
     response = RedirectResponse("/submissions", status_code=status.HTTP_303_SEE_OTHER)
@@ -75,14 +139,46 @@ def logout() -> Response:
     return response
 
 
-@router.get("/submissions", response_class=HTMLResponse)
-def submissions_page(request: Request, session: SessionDep) -> Response:
-    user = _page_user(request, session)
-    if user is None:
-        return _to_login()
+def _submissions(
+    request: Request, session: Session, user: User, *, error: str | None = None,
+    status_code: int = status.HTTP_200_OK, headers: Mapping[str, str] | None = None,
+) -> Response:
     rows = crud.list_submissions(session, user=None if user.role == "staff" else user, limit=500)
     views = [public(request, s, user, with_report=False) for s in rows]
-    return _page(request, "submissions.html", {"user": user, "rows": views})
+    return _page(request, "submissions.html", {"user": user, "rows": views, "error": error}, status_code, headers)
+
+
+@router.get("/submissions", response_class=HTMLResponse)
+def submissions_page(request: Request, session: SessionDep, user: PageUser) -> Response:
+    if user is None:
+        return _to_login()
+    return _submissions(request, session, user)
+
+
+@router.post("/submissions", response_class=HTMLResponse)
+async def upload(request: Request, session: SessionDep, user: PageUser) -> Response:
+    """The upload form: checked and stored as the REST upload is, then the new submission's
+    page; a refusal is the submissions page again, with the reason and the REST status."""
+    if user is None:
+        return _to_login()
+    if (refusal := _from_elsewhere(request, user)) is not None:  # before the body is read
+        return refusal
+    try:
+        # A form token and one file, nothing more: a larger form is refused as it is read (a
+        # file input left empty comes as a field).
+        async with request.form(max_files=1, max_fields=2) as form:
+            if (refusal := _token_refused(request, user, form.get(FIELD))) is not None:
+                return refusal
+            archive = form.get("archive")
+            if not isinstance(archive, UploadFile) or not archive.filename:
+                raise HTTPException(status.HTTP_400_BAD_REQUEST, NO_FILE)
+            created = await accept_upload(request, session, user, archive)
+    except FormError as exc:  # the REST upload's refusals (HTTPException), and a body that is not such a form
+        return await run_in_threadpool(
+            _submissions, request, session, user, error=str(exc.detail), status_code=exc.status_code,
+            headers=exc.headers,
+        )
+    return RedirectResponse(f"/submissions/{created.id}", status_code=status.HTTP_303_SEE_OTHER)
 
 
 def submission_page(request: Request, session: Session, user: User | None, submission_id: int) -> Response:
@@ -91,22 +187,39 @@ def submission_page(request: Request, session: Session, user: User | None, submi
     view = public(request, owned_submission(session, submission_id, user), user, with_report=True)
     report = view.report
     mutants = {m.id: m for m in report.mutants} if report else {}
-    return _page(request, "submission.html", {"user": user, "s": view, "report": report, "mutants": mutants})
+    pending = view.status in ("queued", "running")
+    return _page(request, "submission.html", {
+        "user": user, "s": view, "report": report, "mutants": mutants,
+        "refresh_s": PENDING_REFRESH_S if pending else None,
+    })
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission_html(request: Request, session: SessionDep, submission_id: RowId) -> Response:
-    return submission_page(request, session, _page_user(request, session), submission_id)
+def submission_html(request: Request, session: SessionDep, user: PageUser, submission_id: RowId) -> Response:
+    return submission_page(request, session, user, submission_id)
+
+
+@router.post("/submissions/{submission_id}/regrade", response_class=HTMLResponse)
+def regrade(
+    request: Request, session: SessionDep, user: PageUser, submission_id: RowId,
+    csrf: Annotated[str | None, Form()] = None,  # the form token (api.csrf.FIELD)
+) -> Response:
+    """The staff's "Grade again" button: the staff REST route's regrade, then the same page."""
+    if user is None:
+        return _to_login()
+    refusal = _from_elsewhere(request, user) or _token_refused(request, user, csrf)
+    if refusal is not None:
+        return refusal
+    if user.role != "staff":
+        return _refused(request, user, "Staff only", "regrading is for course staff only")
+    start_regrade(request, session, user, submission_id)
+    return RedirectResponse(f"/submissions/{submission_id}", status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/gradebook", response_class=HTMLResponse)
-def gradebook_page(request: Request, session: SessionDep) -> Response:
-    user = _page_user(request, session)
+def gradebook_page(request: Request, session: SessionDep, user: PageUser) -> Response:
     if user is None:
         return _to_login()
     if user.role != "staff":
-        return _page(
-            request, "login.html", {"user": user, "error": "the gradebook is for course staff only"},
-            status.HTTP_403_FORBIDDEN,
-        )
+        return _refused(request, user, "Staff only", "the gradebook is for course staff only")
     return _page(request, "gradebook.html", {"user": user, "rows": crud.gradebook_rows(session)})

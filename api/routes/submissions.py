@@ -6,10 +6,12 @@ import math
 from typing import Annotated
 
 from fastapi import APIRouter, File, HTTPException, Query, Request, Response, UploadFile, status
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api import crud
 from api.archive import ArchiveError, check_archive
+from api.db import User
 from api.deps import ID_MAX, CurrentUser, RowId, SessionDep, StaffUser
 from api.jobs import archive_limits
 from api.schemas import SubmissionCreated, SubmissionPublic
@@ -71,6 +73,19 @@ async def create_submission(
     archive: Annotated[UploadFile, File(description="a .tar.gz or .zip of your tests (and .tdd/)")],
 ) -> SubmissionCreated:
     """Upload a submission; it is checked now, stored, and graded in the background."""
+    created = await accept_upload(request, session, user, archive)
+    response.headers["Location"] = f"/v1/submissions/{created.id}"
+    return created
+
+
+async def accept_upload(request: Request, session: Session, user: User, archive: UploadFile) -> SubmissionCreated:
+    """Check, store and queue ``user``'s uploaded ``archive``: the REST upload and the
+    submissions page's form both come here.
+
+    Raises:
+        HTTPException: 429 over the rate limit or the in-flight limit (with ``Retry-After``),
+            413 too large, 415 not an archive, 422 a member that breaks a rule.
+    """
     settings = request.app.state.settings
     wait = request.app.state.limiter.hit(user.id)
     if wait:
@@ -104,9 +119,7 @@ async def create_submission(
         request.app.state.queue.enqueue(submission.id)
         return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
 
-    created = await run_in_threadpool(store)
-    response.headers["Location"] = f"/v1/submissions/{created.id}"
-    return created
+    return await run_in_threadpool(store)
 
 
 @router.get("", response_model=list[SubmissionPublic], responses=_ERRORS)
@@ -142,6 +155,13 @@ def report_json(request: Request, session: SessionDep, user: CurrentUser, submis
     return Response(render(report, "json"), media_type="application/json")
 
 
+@router.get("/{submission_id}/report.md", responses={**_ERRORS, 409: {"description": "not graded yet"}})
+def report_markdown(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
+    """The report in Markdown, as ``mutagrade grade --format github`` writes it (student text escaped)."""
+    report = done_report(request, owned_submission(session, submission_id, user), user)
+    return Response(render(report, "github"), media_type="text/markdown; charset=utf-8")
+
+
 @router.get("/{submission_id}/report.junit.xml", responses={**_ERRORS, 409: {"description": "not graded yet"}})
 def report_junit(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
     report = done_report(request, owned_submission(session, submission_id, user), user)
@@ -172,6 +192,12 @@ def report_html(request: Request, session: SessionDep, user: CurrentUser, submis
 )
 def regrade(request: Request, session: SessionDep, user: StaffUser, submission_id: RowId) -> SubmissionCreated:
     """Grade a submission again (staff)."""
+    return start_regrade(request, session, user, submission_id)
+
+
+def start_regrade(request: Request, session: Session, user: User, submission_id: int) -> SubmissionCreated:
+    """Queue a submission to be graded again: the staff route and the submission page's button
+    come here (their callers check the user is staff)."""
     submission = owned_submission(session, submission_id, user)
     crud.regrade(session, submission=submission)
     request.app.state.queue.enqueue(submission.id)

@@ -11,6 +11,7 @@ from typing import Callable
 from grader.models import Report
 from grader.report.github import render_github
 from grader.report.gradescope import render_gradescope
+from grader.report.html import render_html
 from grader.report.json import render_json
 from grader.report.junit import render_junit
 from grader.report.text import render_text
@@ -23,6 +24,7 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
     "junit": render_junit,
     "gradescope": render_gradescope,
     "github": render_github,
+    "html": render_html,
 }
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "more",
     "mutant_columns",
     "mutant_name",
+    "no_mutants",
     "no_tests",
     "percent",
     "printable",
@@ -42,6 +43,16 @@ def no_tests(report: Report) -> str:
     if report.input_refused:
         return "nothing was run: the suite was refused (see why above)"
     return "no tests were collected"
+
+
+def no_mutants(report: Report) -> str:
+    """What a report that lists no mutant says of them: the assignment has none, or none was
+    run (the suite was refused before any run: nothing of it counts)."""
+    total = report.score.total
+    if not total:
+        return "none to kill"
+    why = "the suite was refused (see why above)" if report.input_refused else "the suite was not run"
+    return f"not run: {why}; none of the {total} is killed"
 
 
 def verdict_word(report: Report) -> str:

@@ -18,6 +18,7 @@ from grader.report._common import (
     more,
     mutant_columns,
     mutant_name,
+    no_mutants,
     no_tests,
     percent,
     printable,
@@ -69,6 +70,19 @@ def _code(value: str) -> str:
     fence = "`" * (longest + 1)
     pad = " " if longest else ""  # a backtick next to the fence would lengthen it
     return f"{fence}{pad}{value}{pad}{fence}"
+
+
+# What would start a block at the start of a line inside a paragraph: a list item, a setext
+# heading's underline (the other block starts are escaped everywhere, by _MARKDOWN_SPECIAL).
+_BLOCK_START = re.compile(r"^(?:[-+=]|\d+[.)])")
+
+
+def _lines(value: str) -> str:
+    """Text of several lines (a reason quoting a failure's message) in one paragraph: each line
+    its own (a hard line break ends each but the last), none starting a block of its own."""
+    lines = [_text(line) for line in value.splitlines() if line.strip()]
+    lines = [lines[0], *(_BLOCK_START.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], line) for line in lines[1:])]
+    return "\\\n  ".join(lines)
 
 
 def _row(cells: list[str]) -> str:
@@ -145,6 +159,8 @@ def _matrix(report: Report) -> list[str]:
 
 def _survivors(report: Report) -> list[str]:
     survivors = surviving(report)
+    if not report.mutants and report.score.total:
+        return ["### Mutants", "", f"{no_mutants(report).capitalize()}.", ""]
     if not survivors:
         return []
     lines = [f"### Surviving mutants ({len(survivors)})", ""]
@@ -163,7 +179,7 @@ def _invalid(report: Report) -> list[str]:
         return []
     lines = [f"### Invalid tests ({len(invalid)})", ""]
     for t in invalid:
-        reason = f": {_text(t.reason)}" if t.reason else ""
+        reason = f": {_lines(t.reason)}" if t.reason.strip() else ""
         lines.append(f"- {_code(t.id)} — **{t.status.value}**{reason}")
     return lines + [""]
 

@@ -7,6 +7,7 @@ problems and timing. Plain ASCII symbols, so it reads the same in any terminal o
 
 from __future__ import annotations
 
+from grader.caps import cap_lines
 from grader.models import Outcome, Report, TestStatus, TestVerdict
 from grader.report._common import (
     invalid_tests,
@@ -14,6 +15,7 @@ from grader.report._common import (
     more,
     mutant_columns,
     mutant_name,
+    no_mutants,
     no_tests,
     percent,
     printable,
@@ -188,7 +190,7 @@ def _matrix_lines(report: Report) -> list[str]:
 def _survivor_lines(report: Report) -> list[str]:
     survivors = surviving(report)
     if not report.mutants:
-        return ["Mutants: none to kill.", ""]
+        return [f"Mutants: {no_mutants(report)}.", ""]
     if not survivors:
         return [f"Surviving mutants: none -- all {len(report.mutants)} killed.", ""]
     lines = [f"Surviving mutants ({len(survivors)}): no valid test fails on these"]
@@ -208,8 +210,8 @@ def _invalid_lines(report: Report) -> list[str]:
     lines = [f"Invalid tests ({len(invalid)}): these count for nothing until fixed"]
     for t in invalid:
         lines.append(f"  * {t.id} -- {t.status.value}")
-        if t.reason:
-            lines.append(f"    {t.reason}")
+        # A reason's later lines (a failure's message) keep their own indentation under it.
+        lines.extend(f"    {line}" for line in t.reason.splitlines())
     lines.append("")
     return lines
 
@@ -244,8 +246,9 @@ def _checks_lines(report: Report) -> list[str]:
         )
         for test in impl.tests:
             if test.outcome.value != "passed":
-                first = test.message.splitlines()[0] if test.message else ""
-                lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(first)}" if first else ""))
+                message = cap_lines(test.message)
+                lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(message[0])}" if message else ""))
+                lines.extend(f"      {printable(line)}" for line in message[1:])
         lines.extend(f"  * {printable(p)}" for p in impl.problems)
     if report.problems:
         lines.append(f"Problems while running ({len(report.problems) + report.problems_omitted}):")

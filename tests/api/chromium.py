@@ -5,8 +5,11 @@ browser-automation package, only the real browser.
 :meth:`Chromium.visit` loads a page and says what happened there: every JavaScript dialog that
 opened (each is accepted, so a page cannot hang the test), every console call, and whatever a
 JavaScript expression finds in the DOM once the page has loaded. :meth:`Chromium.sign_in` signs
-in the way a person does, with the sign-in form (the pages take a token no other way), and
+in the way a person does, with the sign-in form (the pages take a token no other way),
+:meth:`Chromium.choose_file` picks a file in a form's file input as the file dialog would, and
 :meth:`Chromium.click` follows a button or link to the page it leads to.
+:meth:`Chromium.block_other_origins` fails every request to any other origin than the one given,
+as a machine without internet would, and keeps the address of each.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Visit:
     dialogs: list[str] = field(default_factory=list)  # the message of each alert/confirm/prompt
     console: list[str] = field(default_factory=list)
     found: Any = None  # the value of the expression evaluated after the load
+    responses: list[tuple[str, int]] = field(default_factory=list)  # (address, HTTP status) of each response
 
 
 class Chromium:
@@ -62,9 +66,11 @@ class Chromium:
         self._buffer = b""
         self._last_id = 0
         self._events: list[dict[str, Any]] = []
+        self._allowed_origin: str | None = None  # see block_other_origins
+        self.blocked: list[str] = []
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime"):
+        for domain in ("Page", "Runtime", "Network"):
             self.call(f"{domain}.enable", session=self.session)
 
     # ------------------------------------------------------------------ the protocol
@@ -92,6 +98,8 @@ class Chromium:
         message = json.loads(raw)
         if message.get("method") == "Page.javascriptDialogOpening":
             self._send("Page.handleJavaScriptDialog", message.get("sessionId"), {"accept": True})
+        elif message.get("method") == "Fetch.requestPaused":
+            self._let_through_or_block(message)
         if "method" in message:
             self._events.append(message)
         return message
@@ -131,44 +139,87 @@ class Chromium:
         result = self.call(
             "Runtime.evaluate", session=self.session, expression=expression, returnByValue=True
         )["result"]
-        visit = Visit(url=url, found=result.get("value"))
+        return self._visit_of(url, result.get("value"))
+
+    def wait(self, seconds: float) -> Visit:
+        """Let the page run for ``seconds`` (what its scripts do after loading) and say what
+        happened meanwhile, as :meth:`visit` does."""
+        self._events.clear()
+        self._drain(seconds)
+        return self._visit_of(self.evaluate("location.href"), None)
+
+    def _visit_of(self, url: str, found: Any) -> Visit:
+        visit = Visit(url=url, found=found)
         for event in self._events:
             params = event.get("params", {})
             if event["method"] == "Page.javascriptDialogOpening":
                 visit.dialogs.append(params.get("message", ""))
             elif event["method"] == "Runtime.consoleAPICalled":
                 visit.console.append(" ".join(str(a.get("value", "")) for a in params.get("args", [])))
+            elif event["method"] == "Network.responseReceived":
+                visit.responses.append((params["response"]["url"], params["response"]["status"]))
         return visit
 
-    def _evaluate(self, expression: str) -> Any:
+    def evaluate(self, expression: str) -> Any:
+        """The value (JSON) of ``expression`` in the page as it is now."""
         return self.call(
             "Runtime.evaluate", session=self.session, expression=expression, returnByValue=True
         )["result"].get("value")
+
+    def choose_file(self, selector: str, path: Path) -> None:
+        """Put ``path`` in the file input ``selector`` finds, as choosing it in the file dialog does."""
+        found = self.call("Runtime.evaluate", session=self.session,
+                          expression=f"document.querySelector({json.dumps(selector)})")["result"]
+        assert found.get("subtype") == "node", f"no element {selector!r} on the page"
+        self.call("DOM.setFileInputFiles", session=self.session, files=[str(path)], objectId=found["objectId"])
+
+    def block_other_origins(self, origin: str) -> None:
+        """From now on, fail every request this tab makes anywhere but ``origin``
+        (``http://host:port``); the address of each is added to :attr:`blocked`."""
+        self._allowed_origin = origin.rstrip("/")
+        self.call("Fetch.enable", session=self.session, patterns=[{"urlPattern": "*"}])
+
+    def _let_through_or_block(self, message: dict[str, Any]) -> None:
+        params = message["params"]
+        url = params["request"]["url"]
+        allowed = self._allowed_origin
+        if allowed is not None and url != allowed and not url.startswith(allowed + "/"):
+            self.blocked.append(url)
+            self._send("Fetch.failRequest", message.get("sessionId"),
+                       {"requestId": params["requestId"], "errorReason": "BlockedByClient"})
+        else:
+            self._send("Fetch.continueRequest", message.get("sessionId"), {"requestId": params["requestId"]})
 
     def click(self, selector: str) -> str:
         """Click the element ``selector`` finds (a form's button, a link), wait for the page it
         leads to, and return that page's address."""
         self._events.clear()
-        clicked = self._evaluate(
+        clicked = self.evaluate(
             f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e?.click(); return !!e; }})()"
         )
         assert clicked, f"no element {selector!r} on the page"
         self._wait_for("Page.loadEventFired")
-        return self._evaluate("location.href")
+        return self.evaluate("location.href")
 
     def sign_in(self, base_url: str, token: str) -> str:
         """Fill in the sign-in form at ``base_url/login`` and send it; the address landed on."""
         self.visit(f"{base_url}/login", "null")
-        self._evaluate(f"document.getElementById('token').value = {json.dumps(token)}")
+        self.evaluate(f"document.getElementById('token').value = {json.dumps(token)}")
         return self.click('form[action="/login"] button[type="submit"]')
 
-    def screenshot(self, url: str, path: Path, *, width: int, height: int) -> None:
-        """Load ``url`` in a ``width`` x ``height`` window and write what it shows to ``path`` (PNG)."""
+    def resize(self, width: int, height: int) -> None:
+        """Show pages in a ``width`` x ``height`` window from now on."""
         self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,
                   deviceScaleFactor=1, mobile=False)
-        self.visit(url, "null")
+
+    def screenshot(self, url: str, path: Path, *, width: int, height: int, expression: str = "null") -> Visit:
+        """Load ``url`` in a ``width`` x ``height`` window and write what it shows to ``path``
+        (PNG); the visit, with the value of ``expression`` on the page as shot."""
+        self.resize(width, height)
+        visit = self.visit(url, expression)
         shot = self.call("Page.captureScreenshot", session=self.session, format="png")
         path.write_bytes(base64.b64decode(shot["data"]))
+        return visit
 
     def close(self) -> None:
         try:

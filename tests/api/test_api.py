@@ -219,7 +219,7 @@ def test_the_submit_client_uploads_waits_and_exits_like_grade(server, tmp_path):
     bad = mutagrade("submit", str(weak), "--server", server.url, "--token", "nope", env=server.env)
     assert bad.returncode == 2 and "unknown or revoked token" in bad.stderr
     gone = mutagrade("submit", str(weak), "--server", "http://127.0.0.1:9", env=env)
-    assert gone.returncode == 3 and "cannot reach" in gone.stderr
+    assert gone.returncode == 4 and "the server http://127.0.0.1:9 could not be reached" in gone.stderr
 
 
 def test_admin_regrade_requeues_what_failed(server):

@@ -192,11 +192,11 @@ def report(request: pytest.FixtureRequest) -> Report:
 
 
 # ----------------------------------------------------------------------- the registry
-def test_the_registry_lists_the_five_formats() -> None:
-    assert list(RENDERERS) == ["text", "json", "junit", "gradescope", "github"]
+def test_the_registry_lists_the_six_formats() -> None:
+    assert list(RENDERERS) == ["text", "json", "junit", "gradescope", "github", "html"]
 
 
-@pytest.mark.parametrize("fmt", ["text", "json", "junit", "gradescope", "github"])
+@pytest.mark.parametrize("fmt", ["text", "json", "junit", "gradescope", "github", "html"])
 def test_every_format_renders_the_report(report: Report, fmt: str) -> None:
     document = render(report, fmt)
     assert document.strip() and document.endswith("\n")
@@ -205,9 +205,9 @@ def test_every_format_renders_the_report(report: Report, fmt: str) -> None:
 
 def test_an_unknown_format_is_a_value_error_naming_the_choices(passing: Report) -> None:
     with pytest.raises(
-        ValueError, match=r"format must be one of text, json, junit, gradescope, github, got 'html'"
+        ValueError, match=r"format must be one of text, json, junit, gradescope, github, html, got 'pdf'"
     ):
-        render(passing, "html")
+        render(passing, "pdf")
 
 
 def test_render_wants_a_report() -> None:

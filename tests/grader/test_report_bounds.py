@@ -63,7 +63,7 @@ def test_nothing_is_said_of_the_rest_when_nothing_was_left_out():
         assert "... and" not in render(report, fmt), fmt
 
 
-@pytest.mark.parametrize("fmt", ["text", "github", "junit", "gradescope"])
+@pytest.mark.parametrize("fmt", ["text", "github", "junit", "gradescope", "html"])
 def test_a_suite_refused_for_its_number_of_tests_says_so_and_not_that_none_was_collected(fmt):
     why = "the suite has 600 tests, more than the limit of 500: nothing else was run"
     report = _report().model_copy(update={

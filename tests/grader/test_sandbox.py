@@ -975,14 +975,18 @@ def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_pr
                 launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.AUTO)
         else:
             launched = launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.AUTO)
+            users = [worker.user for worker in (launched.seed_one, launched.seed_two) if worker.user is not None]
             try:
                 for worker in (launched.seed_one, launched.seed_two):
                     assert Layer.BUBBLEWRAP not in worker.layers and Layer.UID in worker.layers
                     assert worker.process.poll() is None
             finally:
                 launched.close()
-        for user in sandbox_users():
-            assert sandbox.user_processes(user.uid) == []  # the workers started ahead are gone
+            assert len(users) == 2
+            # The workers started ahead are gone, every process of their users with them (other
+            # sandbox users may be grading something else meanwhile: only these two are asked).
+            for user in users:
+                assert sandbox.user_processes(user.uid) == []
     finally:
         sandbox._ANSWERS.clear()
 

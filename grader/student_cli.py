@@ -1,0 +1,186 @@
+"""The ``mutagrade`` command of the student package: ``tdd``, ``check`` and ``submit``, nothing else.
+
+The student package (``make student-package``, ``packaging/student/``) ships this entry point
+instead of :mod:`grader.cli`, and none of the staff commands, the reference GRU, the mutants or
+the grading engine. ``check`` therefore checks what needs no answer key here and gets the
+mutation grade from the course's server (:mod:`grader.student_check`).
+
+Exit codes, as the staff command's (:mod:`grader.exits`): 0 success, 1 a check ran and did
+not pass, 2 bad input, 3 internal error (or the server failed), 4 the server could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from grader import __version__
+from grader.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
+from grader.paths import Layout, default_layout
+
+__all__ = ["build_parser", "course_layout", "main", "run"]
+
+COURSE = Path(__file__).resolve().parent / "course"  # the course tests and goldens, as installed
+
+
+class UsageError(Exception):
+    """Bad input on the command line: printed as ``mutagrade: error: ...``, exit 2."""
+
+
+def course_layout() -> Layout:
+    """Where the course tests (``reference/tests``) and goldens (``fixtures``) are: in the
+    installed student package, or in the checkout this module runs from."""
+    return Layout(COURSE) if (COURSE / "reference" / "tests").is_dir() else default_layout()
+
+
+def _local_sandbox():
+    """A student's own code on their own machine: every sandbox layer there is, or none."""
+    from grader.sandbox import SandboxMode, sandbox_status
+
+    return SandboxMode.NONE if sandbox_status().missing(SandboxMode.AUTO) else SandboxMode.AUTO
+
+
+def _student_repo(args: argparse.Namespace):
+    from grader.tdd import StudentRepo
+
+    root = Path(args.repo)
+    if not root.is_dir():
+        raise UsageError(f"{root}: expected the root folder of your repository")
+    return StudentRepo(root=root, impl=Path(args.impl), tests=Path(args.tests))
+
+
+# ---------------------------------------------------------------------- commands
+def _cmd_tdd(args: argparse.Namespace) -> int:
+    from grader.journal import Phase
+    from grader.runner import RunLimits
+    from grader.tdd import Refused, record, status
+
+    repo = _student_repo(args)
+    if args.phase == "status":
+        print(status(repo))
+        return EXIT_OK
+    phase = Phase(args.phase)
+    try:
+        entry = record(repo, phase, layout=course_layout(), limits=RunLimits(sandbox=_local_sandbox()))
+    except Refused as exc:
+        print(f"mutagrade tdd {phase.value}: refused: {exc}", file=sys.stderr)
+        return EXIT_NOT_PASSED
+    if phase is Phase.RED:
+        print(f"red recorded (entry {entry.seq}): new failing test(s): {', '.join(entry.introduced)}")
+        print("Next: make them pass by changing the implementation, then run `mutagrade tdd green`.")
+    else:
+        print(f"green recorded (entry {entry.seq}): all {len(entry.outcomes)} tests pass.")
+        print("Next: write ONE new test, then run `mutagrade tdd red`.")
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from grader.runner import RunLimits
+    from grader.student_check import local_check, mutation_source, render_local_check, tests_to_submit
+
+    repo = _student_repo(args)
+    source = mutation_source(args.server, args.token)
+    found = local_check(repo, layout=course_layout(), limits=RunLimits(sandbox=_local_sandbox()))
+    print(render_local_check(found), flush=True)
+    if not found.policy.ok:  # the server would refuse the suite as it is
+        print("Mutation grade: not submitted: fix the policy violations above first")
+        return EXIT_BAD_INPUT
+    if source.missing:
+        print(source.missing)
+        code = EXIT_OK
+    else:
+        print(f"Mutation grade: submitting your tests and journal to {source.server}", flush=True)
+        code = _submit(tests_to_submit(repo), source.server, source.token, fmt="text", timeout=args.timeout)
+    reasons = found.reasons
+    print(f"Local checks: {'NOT PASSED: ' + '; '.join(reasons) if reasons else 'passed'}")
+    return EXIT_NOT_PASSED if reasons and code == EXIT_OK else code
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from grader.student_check import SERVER_VARIABLE, TOKEN_VARIABLE
+
+    server = args.server or os.environ.get(SERVER_VARIABLE)
+    token = args.token or os.environ.get(TOKEN_VARIABLE)
+    if not server:
+        raise UsageError(f"a server is needed: --server URL or {SERVER_VARIABLE}")
+    if not token:
+        raise UsageError(f"a token is needed: --token TOKEN or {TOKEN_VARIABLE}")
+    repo = Path(args.repo)
+    if not repo.is_dir():
+        raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
+    return _submit(repo, server, token, fmt=args.format, timeout=args.timeout)
+
+
+def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float) -> int:
+    from api.client import ClientError, submit
+
+    try:
+        return submit(repo, server=server, token=token, fmt=fmt, timeout=timeout)
+    except ClientError as exc:
+        print(f"mutagrade submit: {exc}", file=sys.stderr)
+        return exc.code
+
+
+# ------------------------------------------------------------------------ parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mutagrade", description="Test first, then check and submit (students).")
+    parser.add_argument("--version", action="version", version=f"mutagrade {__version__} (student)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def repo_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
+        command.add_argument("--tests", default="python/tests/l3-3-gru",
+                             help="your tests (default: python/tests/l3-3-gru)")
+
+    def server_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--server", help="the course's server, e.g. https://grader.example.edu "
+                             "(default: MUTAGRADE_SERVER)")
+        command.add_argument("--token", help="your token (default: MUTAGRADE_TOKEN)")
+        command.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the grade")
+
+    tdd = commands.add_parser("tdd", help="keep the red-then-green journal")
+    tdd.add_argument("phase", choices=("red", "green", "status"))
+    tdd.add_argument("--repo", default=".", help="your repository's root (default: here)")
+    repo_options(tdd)
+    tdd.set_defaults(run=_cmd_tdd)
+
+    check = commands.add_parser(
+        "check", help="the course tests on your implementation and your journal; with a server, the mutation grade")
+    check.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
+    repo_options(check)
+    server_options(check)
+    check.set_defaults(run=_cmd_check)
+
+    submit = commands.add_parser("submit", help="upload your tests and journal, wait, print the report")
+    submit.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
+    submit.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    server_options(submit)
+    submit.set_defaults(run=_cmd_submit)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    return exit_code_of(lambda: args.run(args), _input_errors)
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    from grader.errors import GradingInputError
+    from grader.journal import JournalFormatError
+    from grader.sandbox import SandboxError
+
+    return (UsageError, GradingInputError, JournalFormatError, SandboxError)
+
+
+def run() -> NoReturn:
+    """The ``mutagrade`` command of the student package."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,391 @@
+"""The student package (``make student-package``): built, installed in a fresh venv as a
+student installs it, it runs ``tdd``, ``check`` and ``submit`` against a student repository,
+lists no staff command, and holds nothing of the answer key (no line of the reference's
+``gru.py``, of a patch or of the manifest; no hidden mutant's title or pitfall).
+
+The fresh venv gets its runtime dependencies, offline, as copies of the distributions this
+environment has installed (every file its RECORD lists; ``pip check`` then confirms they satisfy
+what the wheel requires); the student wheel itself is installed by pip from the file, with no
+index. The module builds the wheel once and installs it twice: without torch, and with torch (for
+the live comparison). Each venv lives in a folder the sandbox users may read, like a student's
+own installation."""
+
+from __future__ import annotations
+
+import ast
+import email
+import importlib.metadata as metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from grader import __version__
+from grader.paths import default_layout
+from tests.services import ApiProcess, free_port, service_env
+
+LAYOUT = default_layout()
+REPO = LAYOUT.root
+WHEEL = f"mutagrade_student-{__version__}-py3-none-any.whl"
+STUDENT_COMMANDS = {"tdd", "check", "submit"}
+STAFF_COMMANDS = (
+    "grade", "grade-batch", "serve", "worker", "admin", "variants", "calibrate", "golden", "bundle", "demo", "doctor",
+)
+# Modules a shipped one imports that the student package leaves out on purpose.
+NOT_SHIPPED = {
+    ("grader.check", "grader.grading"): "in check_repo only: the staff check, which grades by the mutants",
+    ("grader.check", "grader.assignment"): "a type hint only",
+    ("grader.report.gradescope", "grader.assignment"): "a type hint only",
+}
+MIN_LINE = 25  # shorter lines (`return out`, `import numpy as np`) say nothing of the answer key
+NEW_RED = '''from tinyllm.rnn.gru import GRU
+
+
+def test_a_new_red_test():
+    """Fails against the example's implementation: the shape is (3 * 3, 2), not (3, 2)."""
+    assert GRU(2, 3).weight_ih_l0.shape == (3, 2)
+'''
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    site: Path
+    home: Path  # a folder for the student's repositories, readable by the sandbox users
+
+    @property
+    def env(self) -> dict[str, str]:
+        """A student's shell: the venv's bin first, nothing of this run's own environment."""
+        return {
+            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
+
+    def run(self, *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(self.venv / "bin" / argv[0]), *argv[1:]], cwd=cwd or self.home, env=env or self.env,
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    def student_repo(self, name: str) -> Path:
+        dest = self.home / name
+        shutil.copytree(LAYOUT.examples / "student", dest, ignore=shutil.ignore_patterns("__pycache__"))
+        return dest
+
+
+def _requirements(wheel: Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = email.message_from_bytes(archive.read(name))
+    return [Requirement(line) for line in meta.get_all("Requires-Dist") or []]
+
+
+def _closure(requirements: list[Requirement]) -> list[metadata.Distribution]:
+    """The installed distributions ``requirements`` need, transitively (no extras, markers
+    evaluated here)."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = [r for r in requirements if r.marker is None or r.marker.evaluate({"extra": ""})]
+    while todo:
+        requirement = todo.pop()
+        key = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        if key in found:
+            continue
+        found[key] = dist = metadata.distribution(requirement.name)
+        for line in dist.requires or []:
+            nested = Requirement(line)
+            if nested.marker is None or nested.marker.evaluate({"extra": ""}):
+                todo.append(nested)
+    return list(found.values())
+
+
+def _seed(dist: metadata.Distribution, site: Path) -> None:
+    """Copy an installed distribution's files (those inside site-packages) into ``site``."""
+    for file in dist.files or []:
+        if file.parts[0] == "..":  # console scripts: they name this environment's interpreter
+            continue
+        source = Path(dist.locate_file(file))
+        if not source.is_file() or "__pycache__" in file.parts:
+            continue
+        target = site / file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+
+
+def _venv(root: Path, wheel: Path, extra: list[Requirement]) -> Installed:
+    """A fresh venv under ``root`` with the wheel installed by pip (no index) and, copied, the
+    distributions it and ``extra`` need."""
+    venv = root / "venv"
+    # No pip of its own (ensurepip costs seconds): this environment's pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
+                   timeout=300)
+    [site] = (venv / "lib").glob("python3*/site-packages")
+    for needed in _closure(_requirements(wheel) + extra):
+        _seed(needed, site)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--disable-pip-version-check",
+           "--no-input"]
+    done = subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, f"the wheel's requirements are not met:\n{check.stdout}{check.stderr}"
+    home = root / "home"
+    home.mkdir(mode=0o755)
+    return Installed(wheel=wheel, venv=venv, site=site, home=home)
+
+
+def _readable_folder(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)  # the sandbox users read the venv and the repositories in it
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Iterator[Path]:
+    dist = _readable_folder("mutagrade-student-wheel-")
+    try:
+        built = subprocess.run(
+            ["make", "-s", "-C", str(REPO), "student-package", f"STUDENT_DIST={dist}"],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        assert (dist / WHEEL).is_file(), f"expected {WHEEL}; the build wrote {sorted(p.name for p in dist.iterdir())}"
+        yield dist / WHEEL
+    finally:
+        shutil.rmtree(dist, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path) -> Iterator[Installed]:
+    root = _readable_folder("mutagrade-student-package-")
+    try:
+        yield _venv(root, wheel, [])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def installed_with_torch(wheel: Path) -> Iterator[Installed]:
+    """The same, in a venv that has torch too (as the dev venv has it: its files are linked)."""
+    root = _readable_folder("mutagrade-student-package-torch-")
+    try:
+        yield _venv(root, wheel, [Requirement("torch")])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ what it holds
+def _answer_key() -> tuple[set[str], list[str]]:
+    """The distinctive lines of the reference's gru.py, of every patch and of the manifest,
+    and the hidden mutants' titles and pitfalls (to find as substrings)."""
+    course = {
+        line.strip()
+        for path in [LAYOUT.reference / "tinyllm" / "rnn" / "gru.pyi", *LAYOUT.course_tests.glob("*.py")]
+        for line in path.read_text(encoding="utf-8").splitlines()
+    }
+    lines = LAYOUT.gru_source.read_text(encoding="utf-8").splitlines()
+    for patch in sorted((LAYOUT.mutants / "patches").glob("*.patch")):
+        for line in patch.read_text(encoding="utf-8").splitlines():
+            if line.startswith(("+++", "---", "@@")):
+                continue
+            lines.append(line[1:])
+    lines += (LAYOUT.mutants / "manifest.toml").read_text(encoding="utf-8").splitlines()
+    distinctive = {
+        s for s in (line.strip() for line in lines)
+        if len(s) >= MIN_LINE and not s.startswith("#") and s not in course
+    }
+    manifest = tomllib.loads((LAYOUT.mutants / "manifest.toml").read_text(encoding="utf-8"))
+    secrets = [v[key] for v in manifest["variant"] if v.get("hidden") for key in ("title", "pitfall") if v.get(key)]
+    assert len(distinctive) > 50 and secrets, "the answer key was not read: the scan would prove nothing"
+    return distinctive, secrets
+
+
+def _installed_files(installed: Installed) -> list[Path]:
+    [info] = installed.site.glob("mutagrade_student-*.dist-info")
+    record = (info / "RECORD").read_text(encoding="utf-8").splitlines()
+    files = [(installed.site / line.rsplit(",", 2)[0]).resolve() for line in record if line]
+    return [f for f in files if f.is_file()]
+
+
+def test_make_builds_the_wheel_with_the_student_modules_and_no_answer_key(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in ("grader/tdd.py", "grader/journal.py", "grader/check.py", "grader/student_cli.py",
+                   "grader/worker/serve.py", "api/client.py", "grader/course/reference/tests/conftest.py",
+                   "grader/course/reference/tests/test_gru_golden.py", "grader/course/fixtures/gru_torch.npz"):
+        assert needed in names, f"{needed} is missing from the wheel"
+    for staff in ("grader/cli.py", "grader/variants.py", "grader/grading.py", "grader/calibration.py",
+                  "grader/automutants.py", "grader/bundle.py", "api/main.py", "api/crud.py"):
+        assert staff not in names, f"{staff} is a staff module, but the student wheel holds it"
+    assert not [n for n in names if n.startswith(("tinyllm/", "mutants/")) or "/mutants/" in n or n.endswith(".patch")]
+
+
+def _imported(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module of grader/ and api/ that ``source`` imports, at any depth of its code."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.partition(".")[0] in ("grader", "api"))
+    return found
+
+
+def test_every_module_a_shipped_module_imports_is_shipped(wheel):
+    """Statically, so that a module added to the staff tree and imported by a shipped one (in a
+    function body too) is named here, not found missing by a student."""
+    with zipfile.ZipFile(wheel) as archive:
+        sources = {
+            name[:-3].replace("/", ".").removesuffix(".__init__"): (archive.read(name).decode(), name.endswith("__init__.py"))
+            for name in archive.namelist() if name.endswith(".py") and not name.startswith("grader/course/")
+        }
+    missing = []
+    for module, (source, is_package) in sources.items():
+        for name in _imported(source, module, is_package):
+            # `from grader.report import render` names a function: only modules must be shipped.
+            as_module = (REPO / Path(*name.split("."))).with_suffix(".py").is_file() or (
+                REPO / Path(*name.split(".")) / "__init__.py").is_file()
+            if as_module and name not in sources and (module, name) not in NOT_SHIPPED:
+                missing.append(f"{module} imports {name}")
+    assert not missing, "add these to packaging/student/pyproject.toml (or leave them unimported): " + "; ".join(
+        sorted(missing))
+
+
+def test_no_line_of_the_reference_or_of_a_mutant_is_installed(installed):
+    distinctive, secrets = _answer_key()
+    files = _installed_files(installed)
+    assert len(files) > 30, files
+    found = []
+    for path in files:
+        data = path.read_bytes()
+        text = data.decode("utf-8", errors="replace")
+        found += [f"{path}: line {line!r}" for line in distinctive if line in text or line.encode() in data]
+        found += [f"{path}: hidden mutant text {secret[:60]!r}" for secret in secrets if secret in text]
+        assert not path.as_posix().endswith(("tinyllm/rnn/gru.py", "manifest.toml")), path
+    assert not found, "\n".join(found[:20])
+
+
+def test_staff_modules_cannot_be_imported_from_the_student_install(installed):
+    for module in ("grader.cli", "grader.variants", "grader.grading", "tinyllm.rnn.gru"):
+        done = installed.run("python", "-c", f"import {module}")
+        assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr, (module, done.stderr)
+
+
+# ------------------------------------------------------------------- the commands
+def test_help_lists_the_student_commands_only(installed):
+    done = installed.run("mutagrade", "--help")
+    assert done.returncode == 0, done.stderr
+    menus = set(re.findall(r"\{([a-z,-]+)\}", done.stdout))
+    assert {frozenset(m.split(",")) for m in menus} == {frozenset(STUDENT_COMMANDS)}, done.stdout
+    words = set(re.findall(r"[a-z-]+", done.stdout))
+    assert not {"grade-batch", "calibrate", "variants", "serve", "admin", "bundle"} & words, done.stdout
+    for staff in STAFF_COMMANDS:
+        refused = installed.run("mutagrade", staff, "s04")
+        assert refused.returncode == 2 and "invalid choice" in refused.stderr, (staff, refused.stderr)
+    shown = installed.run("mutagrade", "variants", "show", "s04")
+    assert shown.returncode == 2 and "pitfall" not in shown.stdout + shown.stderr
+
+
+def test_tdd_status_and_red_on_a_student_repository(installed):
+    repo = installed.student_repo("tdd")
+    status = installed.run("mutagrade", "tdd", "status", cwd=repo)
+    assert status.returncode == 0, status.stderr
+    assert "20 entries" in status.stdout and "Next: write ONE new test" in status.stdout, status.stdout
+
+    refused = installed.run("mutagrade", "tdd", "red", cwd=repo)  # the suite runs, but nothing is new
+    assert refused.returncode == 1 and "no test is new since the last green" in refused.stderr, refused.stderr
+
+    (repo / "python/tests/l3-3-gru/test_new_red.py").write_text(NEW_RED)
+    red = installed.run("mutagrade", "tdd", "red", cwd=repo)
+    assert red.returncode == 0, red.stdout + red.stderr
+    assert "red recorded (entry 21): new failing test(s): test_new_red.py::test_a_new_red_test" in red.stdout
+
+
+def test_check_without_a_server_checks_locally_and_says_how_to_get_the_grade(installed):
+    repo = installed.student_repo("check-local")
+    done = installed.run("mutagrade", "check", cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Policy: ok" in done.stdout
+    assert "10/10 course tests pass (fixture goldens; torch not installed)" in done.stdout, done.stdout
+    assert "Journal: verified (20 entries" in done.stdout, done.stdout
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("Mutation grade:")]
+    assert "MUTAGRADE_SERVER" in line and "MUTAGRADE_TOKEN" in line and "mutagrade submit" in line, line
+
+    broken = installed.student_repo("check-broken")
+    gru = broken / "python/tinyllm/rnn/gru.py"
+    gru.write_text(gru.read_text().replace("return n + z * (h - n)", "return z * n + (1 - z) * h"))
+    failed = installed.run("mutagrade", "check", cwd=broken)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "FAILS" in failed.stdout and "test_hand_example_gru_cell: failed" in failed.stdout, failed.stdout
+
+    missing = installed.run("mutagrade", "check", str(installed.home / "nowhere"))
+    assert missing.returncode == 2 and "nowhere" in missing.stderr, missing.stderr
+    (broken / "python/tests/l3-3-gru/test_sneaky.py").write_text("import os\n\n\ndef test_env():\n    assert os.environ\n")
+    refused = installed.run("mutagrade", "check", cwd=broken)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "Policy: VIOLATED" in refused.stdout and "test_sneaky.py:1:0: import of 'os'" in refused.stdout, refused.stdout
+    assert "Mutation grade: not submitted: fix the policy violations above first" in refused.stdout
+
+    gru.unlink()
+    no_gru = installed.run("mutagrade", "check", cwd=broken)
+    assert no_gru.returncode == 2 and "python/tinyllm/rnn/gru.py: no implementation" in no_gru.stderr, no_gru.stderr
+    shutil.rmtree(broken / "python/tests")
+    no_tests = installed.run("mutagrade", "check", cwd=broken)
+    assert no_tests.returncode == 2 and "python/tests/l3-3-gru: no such folder of tests" in no_tests.stderr, no_tests.stderr
+
+
+def test_submit_names_a_server_it_cannot_reach(installed):
+    repo = installed.student_repo("submit")
+    unreachable = installed.run("mutagrade", "submit", "--server", f"http://127.0.0.1:{free_port()}", cwd=repo,
+                                env={**installed.env, "MUTAGRADE_TOKEN": "t"})
+    # The service's side of things (3, or the code `submit` keeps for an unreachable server).
+    assert unreachable.returncode > 2 and "reach" in unreachable.stderr, unreachable.stderr
+    assert "127.0.0.1" in unreachable.stderr and "Traceback" not in unreachable.stderr, unreachable.stderr
+    no_server = installed.run("mutagrade", "submit", cwd=repo)
+    assert no_server.returncode == 2 and "--server URL or MUTAGRADE_SERVER" in no_server.stderr, no_server.stderr
+
+
+def test_check_with_torch_and_a_server_compares_with_torch_and_submits(installed_with_torch, tmp_path):
+    """Everything ``check`` does at once: live torch where it is installed, and the mutation
+    grade from a real ``mutagrade serve`` (started from the staff checkout)."""
+    env = service_env(database_url=f"sqlite:///{tmp_path / 'mutagrade.db'}")
+    api = ApiProcess(port=free_port(), env=env, log=tmp_path / "serve.log")
+    api.start()
+    try:
+        created = subprocess.run(
+            [sys.executable, "-m", "grader.cli", "admin", "token", "create", "--user", "alice", "--role", "student"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert created.returncode == 0, created.stderr
+        repo = installed_with_torch.student_repo("check-server")
+        student = {**installed_with_torch.env, "MUTAGRADE_SERVER": api.url, "MUTAGRADE_TOKEN": created.stdout.strip()}
+        done = installed_with_torch.run("mutagrade", "check", cwd=repo, env=student)
+    finally:
+        api.stop()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "11/11 course tests pass (fixture goldens and live torch)" in done.stdout, done.stdout
+    assert "Journal: verified (20 entries" in done.stdout
+    assert f"Mutation grade: submitting your tests and journal to {api.url}" in done.stdout
+    assert "VERDICT: PASSED" in done.stdout and "killed (12/12)" in done.stdout, done.stdout[-3000:]
+    assert f"report page: {api.url}/submissions/1" in done.stderr, done.stderr
