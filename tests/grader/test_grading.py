@@ -285,3 +285,28 @@ def test_the_student_view_of_a_staff_report_equals_a_student_report(tmp_path):
     keep = {"passed", "reasons", "score", "mutants", "variants", "audience"}
     assert derived.model_dump(include=keep) == student.model_dump(include=keep)
     assert [t.kills for t in derived.tests] == [t.kills for t in student.tests]
+
+
+def test_ordinary_code_passes_the_policy_and_its_tests_are_valid(tmp_path):
+    """A local variable named input, a helper class with its own ``self._w``, and the contract's
+    generator type: the policy lets them through, and the tests count."""
+    body = HAND + '''
+from tinyllm.random import PCG32
+
+
+class Inputs:
+    def __init__(self, seed):
+        self._w = PCG32(seed).substream("inputs")
+
+    def batch(self):
+        return Tensor(np.ones((2, 3)), dtype=np.float64)
+
+
+def test_a_layer_made_with_its_own_generator_gives_the_hidden_size():
+    input = Inputs(7).batch()
+    cell = GRUCell(3, 4, rng=PCG32(0))
+    assert cell(input, Tensor(np.zeros((2, 4)), dtype=np.float64)).data.shape == (2, 4)
+'''
+    report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST, audience="staff")
+    assert report.policy.ok, report.policy.violations
+    assert [t.valid for t in report.tests] == [True, True], [(t.id, t.reason) for t in report.tests]
