@@ -5,7 +5,7 @@
 #   docker build -t mutagrade:cuda --build-arg TORCH_INDEX_URL= .    # torch from PyPI (CUDA)
 #
 # The checkout is installed editable into /app: the grader finds the reference, the mutants and
-# the goldens beside its code (grader.paths.default_layout).
+# the goldens beside its code (grader.core.paths.default_layout).
 FROM python:3.11-slim
 
 # CPU wheels by default (a tenth of the size); empty = PyPI's build, which carries CUDA.

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from grader.exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NOT_PASSED, EXIT_OK, EXIT_UNREACHABLE
-from grader.models import Report
+from grader.core.exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NOT_PASSED, EXIT_OK, EXIT_UNREACHABLE
+from grader.core.models import Report
 from grader.report import render
 from grader.report.github import append_job_summary
 
@@ -75,7 +75,7 @@ def _unreachable(server: str, exc: httpx.TransportError) -> ClientError:
 def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: float = 600.0) -> int:
     """Upload ``repo``'s tests, wait for the grade, print the report; returns the exit code
     of ``mutagrade grade`` (0 passed, 1 not passed, 2 refused, 3 the service failed), or 4
-    when the server could not be reached (:mod:`grader.exits`)."""
+    when the server could not be reached (:mod:`grader.core.exits`)."""
     server = _check_server(server)
     archive = pack(repo)
     headers = {"Authorization": f"Bearer {token}"}

@@ -10,8 +10,8 @@ from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.orm import Session
 
 from api.db import Submission, User, utcnow
-from grader.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
-from grader.models import Report
+from grader.core.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
+from grader.core.models import Report
 
 __all__ = [
     "IN_FLIGHT",
@@ -278,7 +278,7 @@ def finish_submission(
     requeue in between makes a late result harmless); returns whether it was stored.
 
     What is stored is bounded: a report over ``MAX_STORED_REPORT_BYTES`` is shortened whole
-    (:func:`grader.caps.fit_report`: whole items left out and counted, never its JSON cut), an
+    (:func:`grader.core.caps.fit_report`: whole items left out and counted, never its JSON cut), an
     error cut to ``MAX_TEXT_CHARS``.
     """
     if report_json is not None and len(report_json) * 4 > MAX_STORED_REPORT_BYTES:  # UTF-8: 4 bytes a character at most

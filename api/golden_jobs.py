@@ -14,13 +14,13 @@ from pydantic import BaseModel
 from sqlalchemy import and_, or_, update
 from sqlalchemy.orm import sessionmaker
 
-from api.archive import unpack
+from grader.core.archive import unpack
 from api.config import Settings
 from api.db import GoldenRun, Submission, utcnow
 from api.jobs import archive_limits, layout_of
-from grader.assignment import load_assignment
-from grader.golden import device_in_use, golden_throughput, live_deviations, load_implementation
-from grader.variants import build_variants
+from grader.core.assignment import load_assignment
+from grader.flows.golden import device_in_use, golden_throughput, live_deviations, load_implementation
+from grader.core.variants import build_variants
 
 __all__ = ["GoldenResult", "VariantGolden", "compare_variants", "run_golden"]
 
@@ -89,7 +89,7 @@ def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -
     try:
         result = compare_variants(settings, cases=run.cases)
         if run.submission_id is not None:
-            from grader.check import check_implementation
+            from grader.flows.check import check_implementation
 
             with make_session() as session:
                 archive = session.get(Submission, run.submission_id).archive

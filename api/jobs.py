@@ -12,16 +12,16 @@ from pathlib import Path
 from sqlalchemy.orm import sessionmaker
 
 from api import crud
-from api.archive import ArchiveError, ArchiveLimits, unpack
+from grader.core.archive import ArchiveError, ArchiveLimits, unpack
 from api.config import Settings
 from api.db import Submission
-from grader.assignment import load_assignment
-from grader.caps import report_json_within
-from grader.grading import GradingInputError, grade_suite
-from grader.journal import JournalFormatError, verify_journal
-from grader.models import JournalSummary
-from grader.paths import Layout, default_layout
-from grader.matrix import WorkerPool
+from grader.core.assignment import load_assignment
+from grader.core.caps import report_json_within
+from grader.flows.grading import GradingInputError, grade_suite
+from grader.core.journal import JournalFormatError, verify_journal
+from grader.core.models import JournalSummary
+from grader.core.paths import Layout, default_layout
+from grader.run.scheduler import WorkerPool
 from grader.sandbox import SandboxUnavailable
 
 __all__ = ["GradingDeferred", "archive_limits", "grade_submission", "layout_of", "make_pool"]
@@ -112,7 +112,7 @@ def grade_submission(
             session,
             submission.id,
             worker=worker,
-            report_json=report_json_within(report),  # within the stored cap (grader.caps)
+            report_json=report_json_within(report),  # within the stored cap (grader.core.caps)
             passed=report.passed,
             kill_rate=report.score.kill_rate,
         )

@@ -18,8 +18,8 @@ from api.queue import make_queue
 from api.ratelimit import RateLimiter
 from api.routes import docs, golden, pages, public, staff, submissions
 from grader import __version__
-from grader.assignment import load_assignment
-from grader.variants import build_variants
+from grader.core.assignment import load_assignment
+from grader.core.variants import build_variants
 
 __all__ = ["create_app"]
 

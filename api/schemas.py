@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from grader.models import Report
+from grader.core.models import Report
 
 __all__ = [
     "AssignmentPublic",

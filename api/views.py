@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 from api import crud
 from api.db import Submission, User
 from api.schemas import Links, SubmissionPublic
-from grader.models import Report
-from grader.scoring import student_view
+from grader.core.models import Report
+from grader.core.scoring import student_view
 
 __all__ = ["done_report", "links", "owned_submission", "public", "report_for", "shown_time"]
 

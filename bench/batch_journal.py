@@ -3,7 +3,7 @@ ten cycles, replayed) against N copies of its tests alone, and how long the warm
 
     .venv/bin/python bench/batch_journal.py [--students 10] [--rounds 3] [--ahead 0 1 2]
 
-Each round grades, in this process through :func:`grader.batch.grade_batch`: the tests alone,
+Each round grades, in this process through :func:`grader.flows.batch.grade_batch`: the tests alone,
 then the repositories once for each ``--ahead``. ``pool idle`` is the batch's wall time less the
 gradings' own (``report.timing.total_s``): what the pool spent waiting for the next submission
 to be prepared (its journal replayed). Medians over the rounds.
@@ -21,9 +21,9 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from grader.assignment import load_assignment  # noqa: E402
-from grader.batch import STUDENT_TESTS, grade_batch  # noqa: E402
-from grader.paths import default_layout  # noqa: E402
+from grader.core.assignment import load_assignment  # noqa: E402
+from grader.flows.batch import STUDENT_TESTS, grade_batch  # noqa: E402
+from grader.core.paths import default_layout  # noqa: E402
 
 
 def batch(folder: Path, ahead: int) -> tuple[float, float]:

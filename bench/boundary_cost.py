@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.golden import load_implementation  # noqa: E402
-from grader.paths import default_layout  # noqa: E402
+from grader.flows.golden import load_implementation  # noqa: E402
+from grader.core.paths import default_layout  # noqa: E402
 from grader.worker import standin  # noqa: E402
 from grader.worker.boundary import Connection  # noqa: E402
 from grader.worker.impl import serve_implementation  # noqa: E402

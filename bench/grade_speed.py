@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.paths import default_layout  # noqa: E402
-from grader.variants import VariantKind, build_variants, export_variant  # noqa: E402
+from grader.core.paths import default_layout  # noqa: E402
+from grader.core.variants import VariantKind, build_variants, export_variant  # noqa: E402
 
 from ab_grade import ENV, TESTS, busy_seconds  # noqa: E402 - beside this script
 
@@ -131,7 +131,7 @@ def hostile_suites(tmp: Path, variants) -> tuple[Path, Path, str]:
 
 
 def mutmut_per_mutant() -> tuple[float, int, float]:
-    from grader.automutants import run_auto_mutants
+    from grader.flows.automutants import run_auto_mutants
 
     pool = run_auto_mutants(default_layout(), tests=TESTS, max_children=2)
     return pool.run_s, pool.total, pool.run_s / max(1, pool.total)

@@ -35,13 +35,13 @@ sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from grader.assignment import load_assignment  # noqa: E402
-from grader.grading import grade_suite  # noqa: E402
-from grader.paths import default_layout  # noqa: E402
+from grader.core.assignment import load_assignment  # noqa: E402
+from grader.flows.grading import grade_suite  # noqa: E402
+from grader.core.paths import default_layout  # noqa: E402
 from grader.report import RENDERERS, render  # noqa: E402
-from grader.matrix import run_matrix  # noqa: E402
-from grader.variants import build_variants  # noqa: E402
-from grader.wire import JobSettings  # noqa: E402
+from grader.run.scheduler import run_matrix  # noqa: E402
+from grader.core.variants import build_variants  # noqa: E402
+from grader.core.protocol import JobSettings  # noqa: E402
 
 from ab_grade import TESTS, busy_seconds  # noqa: E402 - beside this script
 
@@ -80,7 +80,7 @@ def worker_setup_profile() -> tuple[float, str]:
     job = JobSettings(reference=str(layout.package_dir), tests=str(TESTS), hash_seed=1)
     script = (
         "import cProfile, pstats, io, sys, time, json\n"
-        "from grader.wire import JobSettings\n"
+        "from grader.core.protocol import JobSettings\n"
         f"job = JobSettings.from_message(json.loads({job.to_frame()[4:].decode()!r}))\n"
         "profile = cProfile.Profile(); started = time.perf_counter(); profile.enable()\n"
         "import grader.worker.serve as w; w._prepare(job)\n"
@@ -103,9 +103,9 @@ def worker_setup_profile() -> tuple[float, str]:
 # "kernel" is its system time (the copying on write, mapping, and exit).
 _FORK_SCRIPT = """
 import gc, json, os, resource, statistics, sys, time
-from grader.codecache import variant_code
-from grader.paths import default_layout
-from grader.wire import JobSettings
+from grader.run.codecache import variant_code
+from grader.core.paths import default_layout
+from grader.core.protocol import JobSettings
 import grader.worker.serve as worker
 from grader.worker.child import install_variant
 
@@ -230,7 +230,7 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}; load average at start: {os.getloadavg()[0]:.2f}")
     print(f"python -c pass                                {interpreter_ms():7.1f} ms")
     print(f"import grader.cli (what runs before the workers start)  {import_ms('import grader.cli'):7.1f} ms")
-    print(f"import the grading path (grading, report)     {import_ms('import grader.grading, grader.report'):7.1f} ms")
+    print(f"import the grading path (grading, report)     {import_ms('import grader.flows.grading, grader.report'):7.1f} ms")
     print(f"a worker's imports (pytest, numpy, worker)    "
           f"{import_ms('import _pytest.config, _pytest.main, _pytest.python, numpy, grader.worker'):7.1f} ms")
     took, table = worker_setup_profile()

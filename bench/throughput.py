@@ -4,7 +4,7 @@ side in one run, and the scaling ratio.
 Everything is real and on this machine: Redis, PostgreSQL (or SQLite), ``mutagrade serve``
 with the celery queue, and ``mutagrade worker --queues cpu`` processes, each grading one job at
 a time with one child (``MUTAGRADE_GRADE_JOBS=1``) and limited to one core: a grading run also
-starts its second-hash-seed worker alongside the first (``grader/runner.py``), so an unpinned
+starts its second-hash-seed worker alongside the first (``grader/run/runner.py``), so an unpinned
 job keeps about 1.5 cores busy, and one worker alone would already take most of a 2-core
 machine. By default each worker process is therefore pinned to a core of its own
 (``sched_setaffinity``, inherited by every process it starts), as ``taskset -c N mutagrade

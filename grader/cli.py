@@ -1,6 +1,6 @@
 """The ``mutagrade`` command line: a thin layer over the library functions.
 
-Exit codes (:mod:`grader.exits`): 0 success, 1 a check ran and did not pass, 2 bad input (path,
+Exit codes (:mod:`grader.core.exits`): 0 success, 1 a check ran and did not pass, 2 bad input (path,
 archive, manifest, patch, a policy violation, more tests than the grader takes), 3 internal
 error, 4 (``submit``) the server could not be reached.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from grader import __version__
-from grader.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
-from grader.paths import Layout, default_layout
+from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
+from grader.core.paths import Layout, default_layout
 
 # The rest of the grader (pydantic, numpy, ...) is imported by the command that needs it:
 # `grade` starts its workers first, so they warm up while those imports happen.
@@ -35,7 +35,7 @@ class UsageError(Exception):
 
 # ---------------------------------------------------------------------- commands
 def _cmd_variants_list(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.variants import build_variants
+    from grader.core.variants import build_variants
 
     variants = build_variants(layout)
     rows = [("id", "kind", "required", "hidden", "title")]
@@ -50,7 +50,7 @@ def _cmd_variants_list(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_variants_show(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.variants import build_variants
+    from grader.core.variants import build_variants
 
     by_id = {v.id: v for v in build_variants(layout)}
     if args.id not in by_id:
@@ -70,7 +70,7 @@ def _cmd_variants_export(args: argparse.Namespace, layout: Layout) -> int:
     dest = Path(args.dir)
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest}: expected a directory to export into, found a file")
-    from grader.variants import build_variants, export_variant
+    from grader.core.variants import build_variants, export_variant
 
     variants = build_variants(layout)
     for variant in variants:
@@ -81,7 +81,7 @@ def _cmd_variants_export(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.calibration import calibrate, render_text
+    from grader.flows.calibration import calibrate, render_text
 
     report = calibrate(layout)
     if args.format == "json":
@@ -90,7 +90,7 @@ def _cmd_calibrate(args: argparse.Namespace, layout: Layout) -> int:
         print(render_text(report))
     status = EXIT_OK if report.ok else EXIT_NOT_PASSED
     if args.auto:
-        from grader.automutants import run_auto_mutants, write_pool
+        from grader.flows.automutants import run_auto_mutants, write_pool
 
         pool = run_auto_mutants(layout)
         path = write_pool(layout, pool)
@@ -104,11 +104,11 @@ def _cmd_calibrate(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.golden import (
+    from grader.flows.golden import (
         device_in_use, golden_deviations, golden_throughput, live_deviations, load_goldens, load_implementation,
         torch_available,
     )
-    from grader.variants import VariantKind, build_variants
+    from grader.core.variants import VariantKind, build_variants
 
     goldens = load_goldens(layout.goldens)
     live = torch_available() and not args.no_live
@@ -142,7 +142,7 @@ def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
 def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
     from api.celery_app import make_celery
     from api.config import get_settings
-    from grader.golden import device_in_use
+    from grader.flows.golden import device_in_use
 
     settings = get_settings(root=args.root)
     name = args.hostname or f"{args.queues}@%h"
@@ -183,7 +183,7 @@ def _dev(value: float) -> str:
 
 
 def _assignment(args: argparse.Namespace, layout: Layout):
-    from grader.assignment import load_assignment
+    from grader.core.assignment import load_assignment
 
     return load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
 
@@ -191,7 +191,7 @@ def _assignment(args: argparse.Namespace, layout: Layout):
 def _launch_early(args: argparse.Namespace, layout: Layout):
     """Start the grading's workers now, before the heavy imports and the policy check, or
     None when that cannot be done here (the grading then says why, in its own words)."""
-    from grader.launch import launch_grading
+    from grader.run.launch import launch_grading
     from grader.sandbox import SandboxError
 
     tests = Path(args.tests_dir)
@@ -229,7 +229,7 @@ class _QuietParser(argparse.ArgumentParser):
 def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
     # The workers were started from this same command line (:func:`_launch_before_parsing`),
     # or could not be (the grading then says why); main() closes them once the report is out.
-    from grader.grade_command import run_grade
+    from grader.flows.grade_command import run_grade
 
     return run_grade(args, layout, args.launched)
 
@@ -237,7 +237,7 @@ def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
 def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from grader.batch import find_submissions, grade_batch, write_csv
+    from grader.flows.batch import find_submissions, grade_batch, write_csv
 
     submissions = Path(args.submissions_dir)
     expected = "one folder or archive (.zip, .tar.gz) per student"
@@ -274,7 +274,7 @@ def _local_sandbox():
 
 
 def _student_repo(args: argparse.Namespace):
-    from grader.tdd import StudentRepo
+    from grader.flows.tdd import StudentRepo
 
     root = Path(args.repo)
     if not root.is_dir():
@@ -283,9 +283,9 @@ def _student_repo(args: argparse.Namespace):
 
 
 def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.journal import Phase
-    from grader.runner import RunLimits
-    from grader.tdd import Refused, record, status
+    from grader.core.journal import Phase
+    from grader.run.runner import RunLimits
+    from grader.flows.tdd import Refused, record, status
 
     repo = _student_repo(args)
     if args.phase == "status":
@@ -307,8 +307,8 @@ def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.check import check_repo
-    from grader.grade_command import render_report
+    from grader.flows.check import check_repo
+    from grader.flows.grade_command import render_report
 
     assignment = _assignment(args, layout)
     report = check_repo(_student_repo(args), layout=layout, assignment=assignment, sandbox=_local_sandbox())
@@ -398,7 +398,7 @@ def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.golden import device_in_use, torch_available
+    from grader.flows.golden import device_in_use, torch_available
     from grader.sandbox import SandboxMode, sandbox_status
 
     status = sandbox_status(fresh=True, describe=True)
@@ -409,13 +409,13 @@ def _cmd_doctor(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.demo import run_demo
+    from grader.flows.demo import run_demo
 
     return run_demo(layout)
 
 
 def _cmd_bundle(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.bundle import run_bundle_command
+    from grader.flows.bundle import run_bundle_command
 
     return run_bundle_command(args, layout)
 
@@ -458,7 +458,7 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     batch.add_argument("submissions_dir", help="one folder or archive (.zip, .tar.gz) per student")
     batch.add_argument("--output", required=True, help="the CSV gradebook to write")
     batch.add_argument("--reports", help="also write each student's JSON report (or error) into this directory")
-    batch.add_argument("--ahead", type=int, default=2, choices=range(9), metavar="N",  # grader.batch.MAX_AHEAD
+    batch.add_argument("--ahead", type=int, default=2, choices=range(9), metavar="N",  # grader.flows.batch.MAX_AHEAD
                        help="submissions unpacked and journals replayed while one is graded, 0 to 8 "
                        "(default 2; 0: one after the other)")
     batch.add_argument("--policy", choices=("on", "off"), default="on")
@@ -587,11 +587,11 @@ def _run(argv: list[str], launched) -> int:
 
 def _input_errors() -> tuple[type[Exception], ...]:
     """The errors that mean bad input (exit 2), imported only when something went wrong."""
-    from grader.assignment import AssignmentError
-    from grader.grading import GradingInputError
-    from grader.journal import JournalFormatError
+    from grader.core.assignment import AssignmentError
+    from grader.flows.grading import GradingInputError
+    from grader.core.journal import JournalFormatError
     from grader.sandbox import SandboxError
-    from grader.variants import ManifestError
+    from grader.core.variants import ManifestError
 
     return (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError, SandboxError)
 
@@ -603,8 +603,8 @@ def start_process() -> None:
     # them costs each command a few milliseconds.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # ... and pydantic's only use of importlib.metadata is that scan: the module is imported
-    # if something uses it, not because pydantic names it (see grader.lazymodule).
-    from grader.lazymodule import defer
+    # if something uses it, not because pydantic names it (see grader.core.lazymodule).
+    from grader.core.lazymodule import defer
 
     defer("importlib.metadata")
     # Importing the grader (pydantic's models among it) sets off dozens of collections that

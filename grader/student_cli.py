@@ -3,9 +3,9 @@
 The student package (``make student-package``, ``packaging/student/``) ships this entry point
 instead of :mod:`grader.cli`, and none of the staff commands, the reference GRU, the mutants or
 the grading engine. ``check`` therefore checks what needs no answer key here and gets the
-mutation grade from the course's server (:mod:`grader.student_check`).
+mutation grade from the course's server (:mod:`grader.flows.student_check`).
 
-Exit codes, as the staff command's (:mod:`grader.exits`): 0 success, 1 a check ran and did
+Exit codes, as the staff command's (:mod:`grader.core.exits`): 0 success, 1 a check ran and did
 not pass, 2 bad input, 3 internal error (or the server failed), 4 the server could not be reached.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from grader import __version__
-from grader.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
-from grader.paths import Layout, default_layout
+from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
+from grader.core.paths import Layout, default_layout
 
 __all__ = ["build_parser", "course_layout", "main", "run"]
 
@@ -44,7 +44,7 @@ def _local_sandbox():
 
 
 def _student_repo(args: argparse.Namespace):
-    from grader.tdd import StudentRepo
+    from grader.flows.tdd import StudentRepo
 
     root = Path(args.repo)
     if not root.is_dir():
@@ -54,9 +54,9 @@ def _student_repo(args: argparse.Namespace):
 
 # ---------------------------------------------------------------------- commands
 def _cmd_tdd(args: argparse.Namespace) -> int:
-    from grader.journal import Phase
-    from grader.runner import RunLimits
-    from grader.tdd import Refused, record, status
+    from grader.core.journal import Phase
+    from grader.run.runner import RunLimits
+    from grader.flows.tdd import Refused, record, status
 
     repo = _student_repo(args)
     if args.phase == "status":
@@ -78,8 +78,8 @@ def _cmd_tdd(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from grader.runner import RunLimits
-    from grader.student_check import local_check, mutation_source, render_local_check, tests_to_submit
+    from grader.run.runner import RunLimits
+    from grader.flows.student_check import local_check, mutation_source, render_local_check, tests_to_submit
 
     repo = _student_repo(args)
     source = mutation_source(args.server, args.token)
@@ -100,7 +100,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from grader.student_check import SERVER_VARIABLE, TOKEN_VARIABLE
+    from grader.flows.student_check import SERVER_VARIABLE, TOKEN_VARIABLE
 
     server = args.server or os.environ.get(SERVER_VARIABLE)
     token = args.token or os.environ.get(TOKEN_VARIABLE)
@@ -169,8 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _input_errors() -> tuple[type[Exception], ...]:
-    from grader.errors import GradingInputError
-    from grader.journal import JournalFormatError
+    from grader.core.errors import GradingInputError
+    from grader.core.journal import JournalFormatError
     from grader.sandbox import SandboxError
 
     return (UsageError, GradingInputError, JournalFormatError, SandboxError)

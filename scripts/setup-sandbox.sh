@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up the grader's sandbox on this machine (SPEC §8, grader/sandbox.py). Idempotent: run it
+# Set up the grader's sandbox on this machine (SPEC §8, grader/sandbox/__init__.py). Idempotent: run it
 # as often as you like; `make test` runs it before the tests.
 #
 #   * the system packages: bubblewrap (namespaces), libseccomp2 (seccomp filters), util-linux

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import default_layout
-from grader.sandbox_userns import kernel_refusal
+from grader.core.paths import default_layout
+from grader.sandbox.userns import kernel_refusal
 
 REPO = default_layout().root
 DEMO_USER = "mutagrade-demo"  # an ordinary user with a home, made for this test

@@ -31,7 +31,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from grader import __version__
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 from tests.services import ApiProcess, free_port, service_env
 
 LAYOUT = default_layout()
@@ -43,9 +43,9 @@ STAFF_COMMANDS = (
 )
 # Modules a shipped one imports that the student package leaves out on purpose.
 NOT_SHIPPED = {
-    ("grader.check", "grader.grading"): "in check_repo only: the staff check, which grades by the mutants",
-    ("grader.check", "grader.assignment"): "a type hint only",
-    ("grader.report.gradescope", "grader.assignment"): "a type hint only",
+    ("grader.flows.check", "grader.flows.grading"): "in check_repo only: the staff check, which grades by the mutants",
+    ("grader.flows.check", "grader.core.assignment"): "a type hint only",
+    ("grader.report.gradescope", "grader.core.assignment"): "a type hint only",
 }
 MIN_LINE = 25  # shorter lines (`return out`, `import numpy as np`) say nothing of the answer key
 NEW_RED = '''from tinyllm.rnn.gru import GRU
@@ -223,12 +223,12 @@ def _installed_files(installed: Installed) -> list[Path]:
 
 def test_make_builds_the_wheel_with_the_student_modules_and_no_answer_key(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("grader/tdd.py", "grader/journal.py", "grader/check.py", "grader/student_cli.py",
+    for needed in ("grader/flows/tdd.py", "grader/core/journal.py", "grader/flows/check.py", "grader/student_cli.py",
                    "grader/worker/serve.py", "api/client.py", "grader/course/reference/tests/conftest.py",
                    "grader/course/reference/tests/test_gru_golden.py", "grader/course/fixtures/gru_torch.npz"):
         assert needed in names, f"{needed} is missing from the wheel"
-    for staff in ("grader/cli.py", "grader/variants.py", "grader/grading.py", "grader/calibration.py",
-                  "grader/automutants.py", "grader/bundle.py", "api/main.py", "api/crud.py"):
+    for staff in ("grader/cli.py", "grader/core/variants.py", "grader/flows/grading.py", "grader/flows/calibration.py",
+                  "grader/flows/automutants.py", "grader/flows/bundle.py", "api/main.py", "api/crud.py"):
         assert staff not in names, f"{staff} is a staff module, but the student wheel holds it"
     assert not [n for n in names if n.startswith(("tinyllm/", "mutants/")) or "/mutants/" in n or n.endswith(".patch")]
 
@@ -287,7 +287,7 @@ def test_no_line_of_the_reference_or_of_a_mutant_is_installed(installed):
 
 
 def test_staff_modules_cannot_be_imported_from_the_student_install(installed):
-    for module in ("grader.cli", "grader.variants", "grader.grading", "tinyllm.rnn.gru"):
+    for module in ("grader.cli", "grader.core.variants", "grader.flows.grading", "tinyllm.rnn.gru"):
         done = installed.run("python", "-c", f"import {module}")
         assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr, (module, done.stderr)
 

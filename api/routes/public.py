@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request, Response, status
 from sqlalchemy import text
 
 from api.schemas import AssignmentPublic, Health, MutantPublic
-from grader.scoring import shown_ids
-from grader.variants import VariantKind
+from grader.core.scoring import shown_ids
+from grader.core.variants import VariantKind
 
 router = APIRouter(tags=["public"])
 

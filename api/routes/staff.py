@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 
 from api import crud
 from api.deps import SessionDep, StaffUser
-from grader.spreadsheet import write_rows
+from grader.report.spreadsheet import write_rows
 
 router = APIRouter(prefix="/v1", tags=["staff"])
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api import crud
-from api.archive import ArchiveError, check_archive
+from grader.core.archive import ArchiveError, check_archive
 from api.db import User
 from api.deps import ID_MAX, CurrentUser, RowId, SessionDep, StaffUser
 from api.jobs import archive_limits

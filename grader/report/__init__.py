@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from grader.models import Report
+from grader.core.models import Report
 from grader.report.github import render_github
 from grader.report.gradescope import render_gradescope
 from grader.report.html import render_html
@@ -39,7 +39,7 @@ def render(report: Report, fmt: str) -> str:
         The rendered document.
 
     Raises:
-        TypeError: ``report`` is not a :class:`~grader.models.Report`.
+        TypeError: ``report`` is not a :class:`~grader.core.models.Report`.
         ValueError: ``fmt`` names no format.
     """
     if not isinstance(report, Report):

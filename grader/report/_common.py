@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from grader.models import MutantVerdict, Report, Score, TestVerdict
+from grader.core.models import MutantVerdict, Report, Score, TestVerdict
 
 __all__ = [
     "invalid_tests",
@@ -34,7 +34,7 @@ def printable(text: str) -> str:
 
 
 def more(count: int) -> list[str]:
-    """``["... and 7 more"]`` after a list the caps cut (see grader.caps); nothing when none was."""
+    """``["... and 7 more"]`` after a list the caps cut (see grader.core.caps); nothing when none was."""
     return [f"... and {count} more"] if count else []
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from grader.models import Outcome, Report
+from grader.core.models import Outcome, Report
 from grader.report._common import (
     invalid_tests,
     kills_needed,

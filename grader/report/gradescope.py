@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from grader.models import Report
+from grader.core.models import Report
 from grader.report._common import (
     invalid_tests,
     kills_needed,
@@ -43,7 +43,7 @@ from grader.report._common import (
 )
 
 if TYPE_CHECKING:
-    from grader.assignment import Assignment
+    from grader.core.assignment import Assignment
 
 __all__ = ["GradescopeOptions", "gradescope_options", "render_gradescope"]
 

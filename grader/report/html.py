@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from html import escape
 
-from grader.caps import cap_lines
-from grader.models import Outcome, Report, TestVerdict
+from grader.core.caps import cap_lines
+from grader.core.models import Outcome, Report, TestVerdict
 from grader.report._common import (
     invalid_tests,
     kills_needed,

@@ -7,7 +7,7 @@ so ``Report.model_validate_json`` reads the output back into an equal report.
 
 from __future__ import annotations
 
-from grader.models import Report
+from grader.core.models import Report
 
 __all__ = ["render_json"]
 

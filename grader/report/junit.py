@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Literal
 
-from grader.models import Report
+from grader.core.models import Report
 from grader.report._common import invalid_tests, more, mutant_name, no_tests, percent, printable, verdict_word
 
 __all__ = ["render_junit"]

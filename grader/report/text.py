@@ -7,8 +7,8 @@ problems and timing. Plain ASCII symbols, so it reads the same in any terminal o
 
 from __future__ import annotations
 
-from grader.caps import cap_lines
-from grader.models import Outcome, Report, TestStatus, TestVerdict
+from grader.core.caps import cap_lines
+from grader.core.models import Outcome, Report, TestStatus, TestVerdict
 from grader.report._common import (
     invalid_tests,
     kills_needed,

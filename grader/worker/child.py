@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 
-from grader.wire import VARIANT_FILENAME, WorkerSandbox
+from grader.core.protocol import VARIANT_FILENAME, WorkerSandbox
 
 __all__ = ["TestSession", "TestTimeout", "install_variant", "short_message"]
 
 MESSAGE_CAP = 2000
 _MESSAGE_LINES = 12  # lines of an exception's text kept in a reason (numpy's assert messages run to about 8)
-# Outcome values, as grader.models.Outcome spells them (the worker does not import the models).
+# Outcome values, as grader.core.models.Outcome spells them (the worker does not import the models).
 PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
     "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
 )

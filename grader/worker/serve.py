@@ -1,8 +1,8 @@
 """The worker process: runs a test suite against variants, two processes per run.
 
-Started by :mod:`grader.runner` as ``python -m grader.worker`` in its sandbox
+Started by :mod:`grader.run.runner` as ``python -m grader.worker`` in its sandbox
 (:mod:`grader.sandbox`), with ``PYTHONHASHSEED`` fixed and a minimal environment. It reads the
-job (:class:`~grader.wire.JobSettings`, the first frame on stdin; see :mod:`grader.wire`),
+job (:class:`~grader.core.protocol.JobSettings`, the first frame on stdin; see :mod:`grader.core.protocol`),
 locks itself down (rlimits, non-dumpable, seccomp), imports numpy and pytest once, configures
 pytest once, and forks the zygote (:mod:`grader.worker.zygote`), which then forks every run's
 test process from a memory that holds nothing of any run. Then it reads runs as they come (at
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from grader.sandbox import ChildHardening, SandboxError, harden_worker
-from grader.wire import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
+from grader.core.protocol import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
 from grader.worker.boundary import Connection
 from grader.worker.child import TestSession
 from grader.worker.watch import Run
@@ -484,7 +484,7 @@ def main() -> None:
     # first (the children that run the tests inherit this).
     os.nice(max(0, NICENESS - os.nice(0)))
     # Import what every run needs before the job arrives: a worker started ahead of its job
-    # (grader.runner.WorkerProcess) is then ready the moment the job comes.
+    # (grader.run.runner.WorkerProcess) is then ready the moment the job comes.
     _import_common()
     try:
         message = read_frame(0)

@@ -24,7 +24,7 @@ import signal
 import time
 from typing import Any
 
-from grader.wire import JobSettings, RunHeader
+from grader.core.protocol import JobSettings, RunHeader
 
 __all__ = ["GRACE_S", "Run"]
 

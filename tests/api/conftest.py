@@ -22,7 +22,7 @@ from sqlalchemy.orm import sessionmaker
 
 from api.db import make_engine, make_sessionmaker
 from api.migrate import upgrade
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 from tests.services import PostgresServer, postgres_server
 
 LAYOUT = default_layout()

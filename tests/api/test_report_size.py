@@ -17,8 +17,8 @@ from sqlalchemy.orm import sessionmaker
 from api import crud
 from api.db import Submission, make_engine, make_sessionmaker
 from api.migrate import upgrade
-from grader.caps import MAX_LISTED, MAX_STORED_REPORT_BYTES, MAX_TEST_FILE_BYTES, MAX_TESTS, MAX_TEXT_CHARS
-from grader.models import Outcome, PolicySummary, Report, Score, TestStatus, TestVerdict
+from grader.core.caps import MAX_LISTED, MAX_STORED_REPORT_BYTES, MAX_TEST_FILE_BYTES, MAX_TESTS, MAX_TEXT_CHARS
+from grader.core.models import Outcome, PolicySummary, Report, Score, TestStatus, TestVerdict
 from tests.api.conftest import tar_gz, wait_done
 from tests.services import PostgresServer, postgres_server
 

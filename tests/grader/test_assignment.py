@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.assignment import AssignmentError, load_assignment
-from grader.paths import default_layout
+from grader.core.assignment import AssignmentError, load_assignment
+from grader.core.paths import default_layout
 
 
 def test_the_shipped_assignment_has_the_course_threshold():

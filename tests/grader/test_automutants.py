@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.automutants import (
+from grader.flows.automutants import (
     AutoMutantError,
     AutoPool,
     load_pool,
@@ -19,7 +19,7 @@ from grader.automutants import (
     run_auto_mutants,
     write_pool,
 )
-from grader.paths import Layout, default_layout
+from grader.core.paths import Layout, default_layout
 
 LAYOUT = default_layout()
 
@@ -101,7 +101,7 @@ def test_the_pool_round_trips_through_json(gru_cell_run, tmp_path):
 
 def test_the_committed_pool_was_made_from_the_current_reference():
     pool = load_pool(LAYOUT)
-    assert pool is not None, f"{pool_path(LAYOUT)} is missing; regenerate it (grader.automutants)"
+    assert pool is not None, f"{pool_path(LAYOUT)} is missing; regenerate it (grader.flows.automutants)"
     digest = hashlib.sha256(LAYOUT.gru_source.read_bytes()).hexdigest()
     assert pool.source_sha256 == digest, (
         f"{pool_path(LAYOUT)} was made from another gru.py; regenerate it with "

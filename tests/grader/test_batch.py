@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.assignment import load_assignment
-from grader.batch import BatchRow, find_submissions, grade_batch
-from grader.paths import default_layout
+from grader.core.assignment import load_assignment
+from grader.flows.batch import BatchRow, find_submissions, grade_batch
+from grader.core.paths import default_layout
 
 LAYOUT = default_layout()
 STUDENT = LAYOUT.examples / "student"
@@ -219,7 +219,7 @@ def test_grade_batch_on_a_folder_with_no_student_is_exit_2(tmp_path):
     assert "expected one folder or archive (.zip, .tar.gz) per student, found none" in done.stderr
 
 
-@pytest.mark.parametrize("module", ["grader.batch", "grader.cli"])
+@pytest.mark.parametrize("module", ["grader.flows.batch", "grader.cli"])
 def test_the_batch_uses_no_part_of_the_service(module):
     code = f"import sys, {module}; print(sorted(m for m in ('fastapi', 'sqlalchemy', 'starlette') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import default_layout
-from grader.variants import VariantKind, build_variants
+from grader.core.paths import default_layout
+from grader.core.variants import VariantKind, build_variants
 
 LAYOUT = default_layout()
 STUDENT = LAYOUT.examples / "student"

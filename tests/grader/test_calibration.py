@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from grader.calibration import calibrate, render_text
-from grader.paths import default_layout
-from grader.variants import VariantKind, build_variants, export_variant
+from grader.flows.calibration import calibrate, render_text
+from grader.core.paths import default_layout
+from grader.core.variants import VariantKind, build_variants, export_variant
 
 LAYOUT = default_layout()
 

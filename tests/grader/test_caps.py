@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from grader.caps import (
+from grader.core.caps import (
     MAX_ID_CHARS,
     MAX_STORED_REPORT_BYTES,
     MAX_TESTS,
@@ -17,7 +17,7 @@ from grader.caps import (
     report_json_within,
     short_ids,
 )
-from grader.models import (
+from grader.core.models import (
     JournalSummary,
     MutantVerdict,
     Outcome,

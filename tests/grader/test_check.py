@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 
 LAYOUT = default_layout()
 GRU = Path("python") / "tinyllm" / "rnn" / "gru.py"

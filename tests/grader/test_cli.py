@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import default_layout
-from grader.variants import build_variants
+from grader.core.paths import default_layout
+from grader.core.variants import build_variants
 from tests.calls import record_calls
 
 LAYOUT = default_layout()
@@ -203,7 +203,7 @@ def test_grade_starts_its_workers_before_reading_the_rest_of_the_command_line(mo
     """The whole command line's parser (every command's options) is built only once the
     grading's workers are starting: their start-up overlaps it."""
     import grader.cli as cli
-    import grader.launch as launch
+    import grader.run.launch as launch
 
     order: list[str] = []
     record_calls(monkeypatch, order, parser=(cli, "build_parser"), workers=(launch, "launch_grading"))

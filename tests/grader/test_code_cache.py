@@ -13,12 +13,12 @@ import stat
 
 import pytest
 
-from grader import codecache
-from grader.assignment import load_assignment
-from grader.grading import grade_suite
-from grader.paths import default_layout
-from grader.variants import build_variants
-from grader.wire import VARIANT_FILENAME
+from grader.run import codecache
+from grader.core.assignment import load_assignment
+from grader.flows.grading import grade_suite
+from grader.core.paths import default_layout
+from grader.core.variants import build_variants
+from grader.core.protocol import VARIANT_FILENAME
 
 LAYOUT = default_layout()
 EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"

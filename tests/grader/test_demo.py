@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grader.demo import demo_sandbox
+from grader.flows.demo import demo_sandbox
 from grader.sandbox import Layer, LayerStatus, SandboxMode, SandboxStatus, sandbox_status
 
 

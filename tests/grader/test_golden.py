@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.golden import (
+from grader.flows.golden import (
     FLOAT32_TOLERANCE,
     GOLDEN_TOLERANCE,
     device_in_use,
@@ -14,8 +14,8 @@ from grader.golden import (
     load_goldens,
     load_implementation,
 )
-from grader.paths import default_layout
-from grader.variants import build_variants
+from grader.core.paths import default_layout
+from grader.core.variants import build_variants
 
 LAYOUT = default_layout()
 VARIANTS = {v.id: v for v in build_variants(LAYOUT)}

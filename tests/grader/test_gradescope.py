@@ -14,12 +14,12 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr
 
-from grader.assignment import AssignmentError, load_assignment
-from grader.models import JournalSummary, MutantVerdict, PolicySummary, Report, Score, Timing
-from grader.paths import default_layout
+from grader.core.assignment import AssignmentError, load_assignment
+from grader.core.models import JournalSummary, MutantVerdict, PolicySummary, Report, Score, Timing
+from grader.core.paths import default_layout
 from grader.report import render
 from grader.report.gradescope import GradescopeOptions, gradescope_options, render_gradescope
-from grader.variants import VariantKind, build_variants
+from grader.core.variants import VariantKind, build_variants
 from tests.grader.test_report import HIDDEN_HINT, HIDDEN_REAL_TITLE, S02_HINT, failing_report, passing_report
 
 LAYOUT = default_layout()

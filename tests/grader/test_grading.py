@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.assignment import Assignment, Limits, load_assignment
-from grader.grading import GradingInputError, grade_suite
-from grader.models import Outcome, TestStatus
-from grader.paths import default_layout
+from grader.core.assignment import Assignment, Limits, load_assignment
+from grader.flows.grading import GradingInputError, grade_suite
+from grader.core.models import Outcome, TestStatus
+from grader.core.paths import default_layout
 
 LAYOUT = default_layout()
 EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
@@ -275,8 +275,8 @@ def test_the_example_can_be_copied_anywhere(tmp_path):
 
 
 def test_the_student_view_of_a_staff_report_equals_a_student_report(tmp_path):
-    from grader.scoring import student_view
-    from grader.variants import build_variants
+    from grader.core.scoring import student_view
+    from grader.core.variants import build_variants
 
     tests = suite(tmp_path, HAND)
     staff = grade_suite(tests, layout=LAYOUT, assignment=FAST, audience="staff")

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.assignment import Assignment, Limits
-from grader.caps import MAX_ID_CHARS, MAX_LISTED, MAX_STORED_REPORT_BYTES, MAX_TEST_FILE_BYTES, MAX_TESTS, MAX_TEXT_CHARS
-from grader.grading import grade_suite
-from grader.matrix import Matrix
-from grader.models import JournalSummary, Outcome, SuiteRun, TestOutcome
-from grader.paths import default_layout
+from grader.core.assignment import Assignment, Limits
+from grader.core.caps import MAX_ID_CHARS, MAX_LISTED, MAX_STORED_REPORT_BYTES, MAX_TEST_FILE_BYTES, MAX_TESTS, MAX_TEXT_CHARS
+from grader.flows.grading import grade_suite
+from grader.core.matrix import Matrix
+from grader.core.models import JournalSummary, Outcome, SuiteRun, TestOutcome
+from grader.core.paths import default_layout
 from grader.report import render
-from grader.scoring import score_suite
-from grader.variants import Variant, VariantKind, build_variants
+from grader.core.scoring import score_suite
+from grader.core.variants import Variant, VariantKind, build_variants
 
 LAYOUT = default_layout()
 FAST = Assignment(name="test", threshold=0.70, limits=Limits(test_timeout_s=5.0, run_timeout_s=120.0))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.journal import (
+from grader.core.journal import (
     JournalEntry,
     JournalFormatError,
     Phase,
@@ -21,7 +21,7 @@ from grader.journal import (
     sha256_bytes,
     verify_journal,
 )
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 
 LAYOUT = default_layout()
 STUDENT = LAYOUT.examples / "student"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from grader.models import JournalSummary, PolicySummary
+from grader.core.models import JournalSummary, PolicySummary
 from grader.report import render
 
 from tests.grader.test_report import failing_report, passing_report

@@ -12,10 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from grader.assignment import Assignment, Limits
-from grader.grading import grade_suite
-from grader.models import TestStatus
-from grader.paths import default_layout
+from grader.core.assignment import Assignment, Limits
+from grader.flows.grading import grade_suite
+from grader.core.models import TestStatus
+from grader.core.paths import default_layout
 from grader.sandbox import _WORKER_BOOTSTRAP, _worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def _python(code: str, env: dict[str, str] | None = None) -> str:
 def test_naming_the_module_does_not_import_it_and_using_it_does():
     out = _python("""
         import sys
-        from grader.lazymodule import defer, deferred
+        from grader.core.lazymodule import defer, deferred
         defer("importlib.metadata")
         import importlib.metadata
         from importlib.metadata import version, entry_points
@@ -61,7 +61,7 @@ def test_naming_the_module_does_not_import_it_and_using_it_does():
 
 def test_any_other_attribute_imports_the_real_module():
     out = _python("""
-        from grader.lazymodule import defer, deferred
+        from grader.core.lazymodule import defer, deferred
         defer("importlib.metadata")
         import importlib.metadata
         stand_in = importlib.metadata
@@ -74,7 +74,7 @@ def test_any_other_attribute_imports_the_real_module():
 def test_threads_using_it_at_once_import_it_once():
     out = _python("""
         import sys, threading
-        from grader.lazymodule import defer
+        from grader.core.lazymodule import defer
         defer("importlib.metadata")
         import importlib.metadata
         from importlib.metadata import version
@@ -95,8 +95,8 @@ def test_the_command_grading_path_leaves_it_unimported():
         import sys
         from grader.cli import start_process
         start_process()
-        import grader.grading, grader.report, grader.launch, grader.journal
-        from grader.lazymodule import deferred
+        import grader.flows.grading, grader.report, grader.run.launch, grader.core.journal
+        from grader.core.lazymodule import deferred
         print(deferred("importlib.metadata"), "email" in sys.modules)
         """)
     assert out == "True False"
@@ -109,7 +109,7 @@ def test_a_worker_starts_with_it_unimported():
     probe = bootstrap + textwrap.dedent("""
         from grader.worker.serve import _import_common
         _import_common()
-        from grader.lazymodule import deferred
+        from grader.core.lazymodule import deferred
         print(deferred("importlib.metadata"), "email" in sys.modules)
         """)
     assert _python(probe, env) == "True False"

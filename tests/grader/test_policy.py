@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from grader.policy import (
+from grader.core.policy import (
     DEFAULT_ALLOWED_IMPORTS,
     PolicyConfig,
     Violation,
@@ -432,7 +432,7 @@ def test_every_module_an_allowed_module_exposes_is_rejected_or_harmless():
         for line in _modules_exposed_by_allowed_modules()
         if line.rpartition(" -> ")[2] not in harmless
     }
-    assert exposed == set(), "add these attribute names to _MODULE_ATTRIBUTES in grader/policy.py"
+    assert exposed == set(), "add these attribute names to _MODULE_ATTRIBUTES in grader/core/policy.py"
 
 
 # ---------------------------------------------------------------------------- whole suites

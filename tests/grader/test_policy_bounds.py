@@ -7,8 +7,8 @@ import subprocess
 import sys
 import textwrap
 
-from grader.caps import MAX_LISTED, MAX_TEST_FILE_BYTES
-from grader.policy import check_suite, find_violations
+from grader.core.caps import MAX_LISTED, MAX_TEST_FILE_BYTES
+from grader.core.policy import check_suite, find_violations
 
 
 def test_the_first_violations_are_listed_in_order_and_the_rest_counted(tmp_path):
@@ -68,7 +68,7 @@ def test_checking_a_suite_of_a_quarter_million_violations_keeps_the_checks_memor
     # VmHWM: this process's own peak (ru_maxrss would count the forking test process's pages).
     probe = textwrap.dedent(f"""
         import re
-        from grader.policy import find_violations
+        from grader.core.policy import find_violations
         findings = find_violations({str(tmp_path)!r})
         assert findings.total == {4 * aliases}, findings.total
         assert len(findings.violations) == {MAX_LISTED}, len(findings.violations)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.assignment import load_assignment
-from grader.grading import grade_suite
-from grader.models import Outcome, TestStatus
-from grader.paths import default_layout
-from grader.matrix import WorkerPool
+from grader.core.assignment import load_assignment
+from grader.flows.grading import grade_suite
+from grader.core.models import Outcome, TestStatus
+from grader.core.paths import default_layout
+from grader.run.scheduler import WorkerPool
 
 LAYOUT = default_layout()
 ASSIGNMENT = load_assignment(LAYOUT.assignment)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.assignment import load_assignment
-from grader.grading import grade_suite
-from grader.models import Outcome
-from grader.paths import default_layout
+from grader.core.assignment import load_assignment
+from grader.flows.grading import grade_suite
+from grader.core.models import Outcome
+from grader.core.paths import default_layout
 from grader.worker import NICENESS
 
 LAYOUT = default_layout()

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from grader.models import (
+from grader.core.models import (
     REPORT_SCHEMA,
     JournalSummary,
     MutantVerdict,
@@ -19,7 +19,7 @@ from grader.models import (
     TestVerdict,
     Timing,
 )
-from grader.models import (
+from grader.core.models import (
     TestStatus as Status,
 )
 from grader.report import RENDERERS, render

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from grader.models import JournalSummary, PolicySummary, Report, Score
+from grader.core.models import JournalSummary, PolicySummary, Report, Score
 from grader.report import RENDERERS, render
 
 VIOLATIONS = [f"test_big.py:{n}:0: import of 'os', student tests may import only numpy" for n in range(1, 51)]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.assignment import Assignment, Limits
-from grader.grading import grade_suite
-from grader.models import Report
-from grader.paths import default_layout
-from grader.variants import VariantKind, build_variants
+from grader.core.assignment import Assignment, Limits
+from grader.flows.grading import grade_suite
+from grader.core.models import Report
+from grader.core.paths import default_layout
+from grader.core.variants import VariantKind, build_variants
 
 LAYOUT = default_layout()
 # allow_invalid_tests: several suites fail a test on purpose, and what the others kill still counts.

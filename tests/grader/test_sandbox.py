@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.models import Outcome, SuiteRun, WorkerRun
-from grader.paths import default_layout
+from grader.core.models import Outcome, SuiteRun, WorkerRun
+from grader.core.paths import default_layout
 from grader import sandbox
-from grader.runner import RunLimits, WorkerProcess
+from grader.run.runner import RunLimits, WorkerProcess
 from grader.sandbox import (
     CHILD_SYSCALLS,
     Layer,
@@ -319,7 +319,7 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
     body = ATTACKS[attack].format(**values)
     _write_suite(tests, HEADER + "\n\ndef test_hostile():" + body)
     # The grader's own code the attacks aim at (not all of grader/: it may be edited meanwhile).
-    code = [LAYOUT.root / "grader" / name for name in ("worker/serve.py", "worker/child.py", "sandbox.py", "runner.py")]
+    code = [LAYOUT.root / "grader" / name for name in ("worker/serve.py", "worker/child.py", "sandbox/__init__.py", "run/runner.py")]
     watched = [*code, LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
     before = _digest(watched)
     # The next submission's worker starts alongside, as the grader starts its workers ahead:
@@ -530,8 +530,8 @@ def test_what_a_killed_grader_leaves_behind_goes_with_the_next_claim_of_its_user
 KILLED_GRADER = '''
 import sys, time
 from pathlib import Path
-from grader.paths import default_layout
-from grader.runner import RunLimits, WorkerProcess
+from grader.core.paths import default_layout
+from grader.run.runner import RunLimits, WorkerProcess
 from grader.sandbox import SandboxMode, user_processes
 
 worker = WorkerProcess(
@@ -854,7 +854,7 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
     """The bubblewrap probe (a sandbox of its own, about 10 ms) runs beside the workers' start
     instead of before it; the workers are the ones the probe's answer calls for, and they get
     nothing to run before that answer is in."""
-    import grader.launch as launch
+    import grader.run.launch as launch
     import grader.sandbox as sandbox
 
     order: list[str] = []
@@ -954,7 +954,7 @@ def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
 
 
 def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_probe_fails(monkeypatch):
-    import grader.launch as launch
+    import grader.run.launch as launch
     import grader.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "_bubblewrap_probe", _failing_here(sandbox._bubblewrap_probe))

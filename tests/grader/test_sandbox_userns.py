@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 from grader.sandbox import Layer, LayerStatus, SandboxMode, SandboxStatus, user_processes
-from grader.sandbox_userns import kernel_refusal, layer_detail
+from grader.sandbox.userns import kernel_refusal, layer_detail
 
 LAYOUT = default_layout()
 EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
@@ -271,10 +271,10 @@ import os
 import sys
 from pathlib import Path
 
-from grader.assignment import load_assignment
-from grader.grading import grade_suite
-from grader.matrix import WorkerPool
-from grader.paths import default_layout
+from grader.core.assignment import load_assignment
+from grader.flows.grading import grade_suite
+from grader.run.scheduler import WorkerPool
+from grader.core.paths import default_layout
 from grader.sandbox import user_processes
 
 before = set(user_processes(os.getuid()))  # this user's own (the tests' runner among them)
@@ -336,8 +336,8 @@ import signal
 import sys
 from pathlib import Path
 
-from grader.launch import launch_worker
-from grader.paths import default_layout
+from grader.run.launch import launch_worker
+from grader.core.paths import default_layout
 
 worker = launch_worker(layout=default_layout(), tests_dir=Path(sys.argv[1]), hash_seed=1, mode="auto")
 print(worker.workdir, flush=True)
@@ -347,8 +347,8 @@ CLOSED = '''
 import sys
 from pathlib import Path
 
-from grader.launch import launch_worker
-from grader.paths import default_layout
+from grader.run.launch import launch_worker
+from grader.core.paths import default_layout
 
 launch_worker(layout=default_layout(), tests_dir=Path(sys.argv[1]), hash_seed=1, mode="auto").close()
 '''

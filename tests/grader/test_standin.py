@@ -18,9 +18,9 @@ import threading
 import numpy as np
 import pytest
 
-from grader.golden import load_implementation
-from grader.paths import default_layout
-from grader.variants import build_variants
+from grader.flows.golden import load_implementation
+from grader.core.paths import default_layout
+from grader.core.variants import build_variants
 from grader.worker import standin
 from grader.worker.boundary import BoundaryError, Connection
 from grader.worker.impl import serve_implementation

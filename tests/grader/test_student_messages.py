@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.models import Report
-from grader.paths import default_layout
+from grader.core.models import Report
+from grader.core.paths import default_layout
 from grader.report import render
 from tests.student_text import FILE, SUITE
 
@@ -405,7 +405,7 @@ def test_every_command_offers_every_report_format() -> None:
 
 
 def test_grading_an_archive_uses_no_part_of_the_service() -> None:
-    code = ("import sys, grader.grade_command, grader.report.html; "
+    code = ("import sys, grader.flows.grade_command, grader.report.html; "
             "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'starlette', 'jinja2', 'httpx') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=LAYOUT.root)
     assert done.returncode == 0, done.stderr

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from grader.assignment import load_assignment
-from grader.batch import BatchRow, grade_batch, write_csv
-from grader.models import Report
-from grader.paths import default_layout
+from grader.core.assignment import load_assignment
+from grader.flows.batch import BatchRow, grade_batch, write_csv
+from grader.core.models import Report
+from grader.core.paths import default_layout
 from grader.report import render
-from grader.spreadsheet import spreadsheet_cell
+from grader.report.spreadsheet import spreadsheet_cell
 from tests.student_text import EXPECTED_IDS, FILE, MESSAGE, SUITE
 
 LAYOUT = default_layout()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 
 LAYOUT = default_layout()
 TEST_FILE = Path("python") / "tests" / "l3-3-gru" / "test_gru.py"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.models import WorkerRun
-from grader.paths import default_layout
-from grader.runner import RunLimits, WorkerProcess
-from grader.variants import VariantKind, build_variants
+from grader.core.models import WorkerRun
+from grader.core.paths import default_layout
+from grader.run.runner import RunLimits, WorkerProcess
+from grader.core.variants import VariantKind, build_variants
 
 LAYOUT = default_layout()
 VARIANTS = build_variants(LAYOUT)
@@ -273,8 +273,8 @@ def _needles_in(text: str) -> set[str]:
 def test_no_report_holds_a_line_of_any_variant(tmp_path):
     """Whatever a test prints into its failure (linecache, inspect, a traceback through the
     GRU), the report, staff's included, holds no line of the reference or any variant."""
-    from grader.assignment import load_assignment
-    from grader.grading import grade_suite
+    from grader.core.assignment import load_assignment
+    from grader.flows.grading import grade_suite
     from grader.report import render
 
     tests = tmp_path / "tests"
@@ -283,7 +283,7 @@ def test_no_report_holds_a_line_of_any_variant(tmp_path):
     (tests / "test_leak_at_import.py").write_text(LEAK_AT_IMPORT)
     report = grade_suite(tests, layout=LAYOUT, assignment=load_assignment(LAYOUT.assignment), policy=False,
                          audience="staff", full_matrix=True)
-    from grader.scoring import student_view
+    from grader.core.scoring import student_view
 
     assert any("test_leak_at_import" in p for p in report.problems), report.problems
     staff = render(report, "json") + render(report, "text")

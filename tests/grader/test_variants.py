@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.paths import Layout, default_layout
-from grader.variants import (
+from grader.core.paths import Layout, default_layout
+from grader.core.variants import (
     ManifestError,
     PatchError,
     VariantKind,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.models import Outcome, WorkerRun
-from grader.paths import default_layout
-from grader.runner import RunLimits, run_suites
+from grader.core.models import Outcome, WorkerRun
+from grader.core.paths import default_layout
+from grader.run.runner import RunLimits, run_suites
 from grader.sandbox import Layer, sandbox_status
 
 LAYOUT = default_layout()
@@ -110,7 +110,7 @@ def test_an_attack_on_the_worker_fails_in_its_test_and_harms_nothing(attack, tmp
 
 def test_the_worker_imports_neither_pydantic_nor_rich():
     """The worker starts cold for every grading: its path is the standard library, numpy and
-    pytest only (grader.wire carries the job, not the pydantic models)."""
+    pytest only (grader.core.protocol carries the job, not the pydantic models)."""
     import subprocess
     import sys
 

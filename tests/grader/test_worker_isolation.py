@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.models import Outcome, WorkerRun
-from grader.paths import Layout, default_layout
-from grader.runner import RunLimits, run_suites
+from grader.core.models import Outcome, WorkerRun
+from grader.core.paths import Layout, default_layout
+from grader.run.runner import RunLimits, run_suites
 from grader.sandbox import SandboxMode
 
 LAYOUT = default_layout()

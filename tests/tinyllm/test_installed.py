@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader.paths import default_layout
+from grader.core.paths import default_layout
 
 LAYOUT = default_layout()
 # What a fresh shell has: none of this test run's own path set-up (tests/conftest.py).

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.paths import Layout
-from grader.tomlfile import field_problems, read_toml
+from grader.core.paths import Layout
+from grader.core.tomlfile import field_problems, read_toml
 
 __all__ = [
     "ManifestError",

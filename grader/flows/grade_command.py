@@ -11,22 +11,22 @@ import argparse
 import gc
 from pathlib import Path
 
-from grader.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK
-from grader.grading import GradingInputError, grade_suite
-from grader.journal import JournalFormatError, verify_journal
-from grader.launch import Launched
-from grader.models import JournalSummary, Report
-from grader.paths import Layout
+from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK
+from grader.flows.grading import GradingInputError, grade_suite
+from grader.core.journal import JournalFormatError, verify_journal
+from grader.run.launch import Launched
+from grader.core.models import JournalSummary, Report
+from grader.core.paths import Layout
 from grader.report import render
 from grader.report.github import append_job_summary
-from grader.suite_input import SuiteInput, open_suite
+from grader.flows.suite_input import SuiteInput, open_suite
 
 __all__ = ["render_report", "run_grade"]
 
 
 def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | None) -> int:
     """Grade ``args.tests_dir`` (a folder or an archive) as ``args`` say; returns the exit code."""
-    from grader.assignment import load_assignment
+    from grader.core.assignment import load_assignment
 
     if not gc.isenabled():
         # The command's own process: the collector was off while the grader was imported (see
@@ -58,8 +58,8 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
         )
     staff = None
     if reveal:
-        from grader.scoring import student_view
-        from grader.variants import build_variants
+        from grader.core.scoring import student_view
+        from grader.core.variants import build_variants
 
         staff, report = report, student_view(report, build_variants(layout))
     text = render_report(report, args.format, assignment, revealed=staff)

@@ -14,16 +14,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.caps import bound_journal, cap_text
-from grader.check import check_implementation
-from grader.errors import GradingInputError
-from grader.journal import verify_journal
-from grader.models import ImplementationCheck, JournalSummary, PolicySummary
-from grader.paths import Layout
-from grader.policy import find_violations
+from grader.core.caps import bound_journal, cap_text
+from grader.flows.check import check_implementation
+from grader.core.errors import GradingInputError
+from grader.core.journal import verify_journal
+from grader.core.models import ImplementationCheck, JournalSummary, PolicySummary
+from grader.core.paths import Layout
+from grader.core.policy import find_violations
 from grader.report._common import more, printable
-from grader.runner import RunLimits
-from grader.tdd import StudentRepo
+from grader.run.runner import RunLimits
+from grader.flows.tdd import StudentRepo
 
 __all__ = ["LocalCheck", "MutationSource", "local_check", "mutation_source", "render_local_check", "tests_to_submit"]
 

@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.paths import Layout
+from grader.core.paths import Layout
 
 __all__ = ["BundleError", "BundleSummary", "build_gradescope_bundle", "run_bundle_command"]
 
@@ -72,8 +72,8 @@ def build_gradescope_bundle(
             written.
         AssignmentError, ManifestError: the assignment or the manifest does not load.
     """
-    from grader.assignment import load_assignment
-    from grader.variants import build_variants
+    from grader.core.assignment import load_assignment
+    from grader.core.variants import build_variants
 
     if ref is not None and repository is None:
         raise BundleError("--ref needs --repository: a branch or tag of which repository?")
@@ -165,8 +165,8 @@ def _write_zip(output: Path, entries: list[tuple[str, bytes, int]]) -> int:
 
 def run_bundle_command(args: argparse.Namespace, layout: Layout) -> int:
     """``mutagrade bundle gradescope``: exit 0 written, 2 bad input (said on stderr)."""
-    from grader.assignment import AssignmentError
-    from grader.variants import ManifestError
+    from grader.core.assignment import AssignmentError
+    from grader.core.variants import ManifestError
 
     try:
         summary = build_gradescope_bundle(

@@ -3,12 +3,12 @@
 The grader never runs student code in its own process: a :class:`WorkerProcess` is
 ``python -m grader.worker`` in the sandbox (:mod:`grader.sandbox`: its own uid, rlimits, a new
 session, a private copy of the tests, seccomp and bubblewrap where available) with a minimal
-environment and one BLAS thread. Runs are sent to it as they are decided (:mod:`grader.wire`:
+environment and one BLAS thread. Runs are sent to it as they are decided (:mod:`grader.core.protocol`:
 each run's source goes to the run's own child, never to the worker) and results come back,
-one :class:`~grader.models.SuiteRun` per line, up to a byte cap. Whatever the worker does not
+one :class:`~grader.core.models.SuiteRun` per line, up to a byte cap. Whatever the worker does not
 report (it crashed, it hung) comes back as a crashed run with every test missing.
 
-How a grading uses its workers (the stages, limits, budget) is :mod:`grader.matrix`.
+How a grading uses its workers (the stages, limits, budget) is :mod:`grader.run.scheduler`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from grader.caps import MAX_TESTS
-from grader.codecache import variant_code
-from grader.launch import launch_worker
-from grader.models import SuiteRun, WorkerRun
-from grader.paths import Layout
+from grader.core.caps import MAX_TESTS
+from grader.run.codecache import variant_code
+from grader.run.launch import launch_worker
+from grader.core.models import SuiteRun, WorkerRun
+from grader.core.paths import Layout
 from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode, close_workers
-from grader.wire import JobSettings, RunHeader, encode_frame
+from grader.core.protocol import JobSettings, RunHeader, encode_frame
 
 __all__ = ["RunLimits", "WorkerProcess", "close_all", "run_suites"]
 
@@ -64,7 +64,7 @@ class RunLimits:
     wall_budget: float | None = None  # seconds of wall clock for the whole grading
     memory_budget: int | None = None  # bytes the grading's processes may hold together
     conftests: bool = False  # load the tests' conftest.py (the course's own tests only)
-    max_tests: int | None = MAX_TESTS  # a run collecting more tests runs none (grader.caps)
+    max_tests: int | None = MAX_TESTS  # a run collecting more tests runs none (grader.core.caps)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class WorkerProcess:
         results: where results go, as ``_Result`` items (several workers may share one).
         hide_source: hide the package's own ``rnn/gru.py`` from the runs (when grading
             variants of the reference: a run then has nothing to compare its variant with).
-        started: the worker, already started by :func:`grader.launch.launch_worker` (for
+        started: the worker, already started by :func:`grader.run.launch.launch_worker` (for
             these tests and this hash seed); started here when None.
 
     Raises:
@@ -179,7 +179,7 @@ class WorkerProcess:
     def submit(self, run: WorkerRun, *, cpu_budget: float | None = None, wall_budget: float | None = None,
                timeout_floor: float | None = None) -> None:
         """Send one run: its frame names it by a number only, and its source follows for the
-        run's child to read, then its code compiled ahead (:mod:`grader.codecache`)."""
+        run's child to read, then its code compiled ahead (:mod:`grader.run.codecache`)."""
         source = run.source.encode("utf-8")
         code = variant_code(run.source) or b""
         with self._lock:

@@ -24,71 +24,22 @@ import queue
 import random
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from grader.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
-from grader.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
-from grader.paths import Layout
-from grader.runner import RunLimits, WorkerProcess, _Result, _silence_limit, close_all
+from grader.run.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
+from grader.core.matrix import BudgetStop, Matrix, needs_confirmation
+from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.core.paths import Layout
+from grader.run.runner import RunLimits, WorkerProcess, _Result, _silence_limit, close_all
 from grader.sandbox import SandboxMode
-from grader.variants import Variant, VariantKind
+from grader.core.variants import Variant, VariantKind
 
-__all__ = ["RECHECK", "RECHECK_EVERY", "BudgetStop", "Matrix", "WorkerPool", "run_matrix"]
+__all__ = ["RECHECK", "RECHECK_EVERY", "WorkerPool", "run_matrix"]
 
 RECHECK = 4  # the attempt number of a run of the reference made again late in a grading
 RECHECK_EVERY = 3  # about one such run for every this many confirming or continuing runs
 _WALL_SLACK = 10.0  # seconds the workers have to report their runs stopped by the wall-clock budget
-
-
-@dataclass(frozen=True)
-class BudgetStop:
-    """Where a grading budget ran out, and which (its CPU seconds or its wall-clock seconds)."""
-
-    budget: float
-    test: str
-    variant: str
-    kind: Budget = Budget.CPU
-
-
-@dataclass(frozen=True)
-class Matrix:
-    """Every test on every variant: a first run of each variant, the reference's second run
-    and the confirming runs, what was not run and why, and where the budget ran out."""
-
-    first: dict[str, SuiteRun]
-    second: dict[str, SuiteRun]
-    rechecks: tuple[SuiteRun, ...] = ()  # the reference run again among the late runs
-    budget_stop: BudgetStop | None = None
-    cpu_s: float = 0.0
-    runs: int = 0  # suite runs made (confirmations and continuations included)
-
-    @property
-    def test_ids(self) -> list[str]:
-        reference = self.first.get("reference")
-        return reference.test_ids if reference is not None else []
-
-    def outcome(self, test_id: str, variant: str) -> Outcome:
-        run = self.first.get(variant)
-        if run is None:
-            return Outcome.NOT_RUN
-        return run.outcome(test_id)
-
-    def confirmed_failure(self, test_id: str, variant: str) -> bool:
-        """Whether ``test_id`` failed on ``variant`` for sure: a failed assertion or an error
-        once, or a time-out (or a run that died) twice."""
-        first = self.first.get(variant)
-        if first is None or not first.outcome(test_id).kills:
-            return False
-        if not _needs_confirmation(first, test_id):
-            return True
-        second = self.second.get(variant)
-        return second is not None and second.outcome(test_id).kills
-
-
-def _needs_confirmation(run: SuiteRun, test_id: str) -> bool:
-    return bool(run.crashed) or run.outcome(test_id) in (Outcome.TIMEOUT, Outcome.MISSING)
 
 
 def _passed(run: SuiteRun) -> list[str]:
@@ -394,7 +345,7 @@ class _MatrixRun:
             # It stopped at a test that turned out not to be valid: carry on with the rest.
             self._carry_on(variant, rest)
             return
-        doubtful = [t for t in killed if _needs_confirmation(run, t)]
+        doubtful = [t for t in killed if needs_confirmation(run, t)]
         if doubtful:
             self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
                                       time_limits=self.time_limits, attempt=2))
@@ -443,7 +394,7 @@ class _MatrixRun:
 
     @staticmethod
     def _confirmed(first: SuiteRun, second: SuiteRun, test_id: str) -> bool:
-        return not _needs_confirmation(first, test_id) or second.outcome(test_id).kills
+        return not needs_confirmation(first, test_id) or second.outcome(test_id).kills
 
     def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
         for run in self.held:  # came in before the budget ran out, never weighed
@@ -477,7 +428,7 @@ def run_matrix(
         full_matrix: run every valid test on every mutant, instead of stopping each mutant's
             run at its first kill (staff regrades, calibration).
         launched: the two workers, already started for ``tests_dir`` (see
-            :mod:`grader.launch`); started here (and closed) when None. Launched workers
+            :mod:`grader.run.launch`); started here (and closed) when None. Launched workers
             are killed when the runs are done; the caller closes them (:meth:`Launched.close`
             waits until they are gone and frees their sandbox users).
 

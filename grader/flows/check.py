@@ -12,17 +12,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.errors import GradingInputError
-from grader.golden import torch_available
-from grader.journal import GRU_FILE, run_snapshot, verify_journal
-from grader.models import CourseTestResult, ImplementationCheck, JournalSummary, Report, WorkerRun
-from grader.paths import Layout
-from grader.runner import RunLimits
+from grader.core.errors import GradingInputError
+from grader.flows.golden import torch_available
+from grader.core.journal import GRU_FILE, run_snapshot, verify_journal
+from grader.core.models import CourseTestResult, ImplementationCheck, JournalSummary, Report, WorkerRun
+from grader.core.paths import Layout
+from grader.run.runner import RunLimits
 from grader.sandbox import SandboxMode
-from grader.tdd import StudentRepo
+from grader.flows.tdd import StudentRepo
 
 if TYPE_CHECKING:
-    from grader.assignment import Assignment
+    from grader.core.assignment import Assignment
 
 __all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_repo"]
 
@@ -31,7 +31,7 @@ LIVE_TORCH_TEST = '''"""Your GRU against live torch.nn.GRU on fresh random cases
 
 import tinyllm.rnn.gru as gru
 
-from grader.golden import live_deviations
+from grader.flows.golden import live_deviations
 
 
 def test_matches_live_torch():
@@ -84,7 +84,7 @@ def check_repo(
     """
     # The mutation grade needs the mutants, which only a staff checkout holds: the student
     # package ships this module (check_implementation) without the grading engine.
-    from grader.grading import grade_suite
+    from grader.flows.grading import grade_suite
 
     limits = replace(assignment.run_limits(), sandbox=sandbox)
     implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)

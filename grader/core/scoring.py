@@ -9,8 +9,8 @@ the threshold, every required mutant is killed and, when required, the journal v
 
 from __future__ import annotations
 
-from grader.assignment import Assignment
-from grader.caps import (
+from grader.core.assignment import Assignment
+from grader.core.caps import (
     MAX_ID_CHARS,
     MAX_LISTED,
     MAX_NAMED_TESTS,
@@ -21,7 +21,7 @@ from grader.caps import (
     first,
     short_ids,
 )
-from grader.models import (
+from grader.core.models import (
     Budget,
     JournalSummary,
     MutantVerdict,
@@ -33,8 +33,8 @@ from grader.models import (
     TestVerdict,
     Timing,
 )
-from grader.matrix import Matrix
-from grader.variants import Variant, VariantKind
+from grader.core.matrix import Matrix
+from grader.core.variants import Variant, VariantKind
 
 __all__ = ["HIDDEN_HINT", "score_suite", "shown_ids", "student_view"]
 
@@ -129,7 +129,7 @@ def score_suite(
 
     Args:
         submission: what was graded (a path or a name), for the report.
-        matrix: the runs of :func:`grader.matrix.run_matrix`.
+        matrix: the runs of :func:`grader.run.scheduler.run_matrix`.
         variants: the variants the matrix was run on (the reference first).
         assignment: threshold and validity rules.
         audience: ``"student"`` hides hidden mutants; ``"staff"`` shows them.
@@ -157,7 +157,7 @@ def score_suite(
     problems, problems_omitted = first((cap_text(p) for p in found), MAX_LISTED)
 
     test_ids = matrix.test_ids
-    # The ids a report shows: the runs used whole ids, however long (grader.caps).
+    # The ids a report shows: the runs used whole ids, however long (grader.core.caps).
     shown = short_ids([*test_ids, *journal.history])
     verdicts: list[TestVerdict] = []
     kills: dict[str, list[str]] = {m.id: [] for m in mutants}

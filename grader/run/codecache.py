@@ -1,7 +1,7 @@
 """Variants compiled once per machine: the code objects the grader sends with each run's source.
 
 A run's child used to compile its variant's source itself, a few milliseconds seventeen times a
-grading. The grader now compiles each variant once, under :data:`~grader.wire.VARIANT_FILENAME`
+grading. The grader now compiles each variant once, under :data:`~grader.core.protocol.VARIANT_FILENAME`
 and with asserts kept (as the child would), and keeps the marshalled code in the grading user's
 cache folder (``$XDG_CACHE_HOME/mutagrade/variants``, else ``~/.cache/...``), closed to every
 other user: sandbox users never read it. Each entry holds the SHA-256 of its code, so a damaged
@@ -20,7 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from grader.wire import VARIANT_FILENAME
+from grader.core.protocol import VARIANT_FILENAME
 
 __all__ = ["MAX_ENTRIES", "cache_dir", "variant_code"]
 

@@ -54,4 +54,4 @@ class Layout:
 
 def default_layout() -> Layout:
     """The layout of the checkout this package was installed from (an editable install)."""
-    return Layout(Path(__file__).resolve().parents[1])
+    return Layout(Path(__file__).resolve().parents[2])

@@ -12,7 +12,7 @@ from the course tests, a ``pyproject.toml`` whose ``[tool.mutmut]`` restricts mu
 The committed pool, ``mutants/auto_pool.json``, must be regenerated whenever ``gru.py``
 changes (a test compares its hash)::
 
-    python -c "from grader.automutants import *; from grader.paths import default_layout as d; \
+    python -c "from grader.flows.automutants import *; from grader.core.paths import default_layout as d; \
         write_pool(d(), run_auto_mutants(d()))"
 """
 
@@ -35,7 +35,7 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from grader.paths import Layout
+from grader.core.paths import Layout
 
 __all__ = [
     "AutoMutantError",

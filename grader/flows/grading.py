@@ -3,7 +3,7 @@
 The phases (see ARCHITECTURE.md): check that the sandbox asked for is there; check the files
 statically; build the variants; run the suite against all of them in the sandboxed worker
 (reference twice, failures on mutants confirmed); score; return one
-:class:`~grader.models.Report`.
+:class:`~grader.core.models.Report`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,18 @@ from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
 
-from grader.assignment import Assignment
-from grader.caps import bound_journal, cap_text
-from grader.errors import GradingInputError
-from grader.launch import Launched
-from grader.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
-from grader.paths import Layout
-from grader.policy import find_violations
-from grader.matrix import Matrix, WorkerPool, run_matrix
+from grader.core.assignment import Assignment
+from grader.core.caps import bound_journal, cap_text
+from grader.core.errors import GradingInputError
+from grader.run.launch import Launched
+from grader.core.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
+from grader.core.paths import Layout
+from grader.core.policy import find_violations
+from grader.core.matrix import Matrix
+from grader.run.scheduler import WorkerPool, run_matrix
 from grader.sandbox import SandboxMode, check_mode
-from grader.scoring import score_suite, shown_ids
-from grader.variants import Variant, VariantKind, build_variants
+from grader.core.scoring import score_suite, shown_ids
+from grader.core.variants import Variant, VariantKind, build_variants
 
 __all__ = ["GradingInputError", "grade_suite"]
 
@@ -81,14 +82,14 @@ def grade_suite(
         full_matrix: run every valid test on every mutant (staff regrades) instead of
             stopping each mutant's run at its first kill.
         launched: the grading's two workers, started ahead for ``tests_dir`` under ``sandbox``
-            (:func:`grader.launch.launch_grading`): killed once the runs are done; the caller
+            (:func:`grader.run.launch.launch_grading`): killed once the runs are done; the caller
             closes them (after writing the report: they go down meanwhile).
-        pool: warm workers to grade with (a batch: :class:`grader.matrix.WorkerPool`), instead
+        pool: warm workers to grade with (a batch: :class:`grader.run.scheduler.WorkerPool`), instead
             of starting two for this grading.
 
     Returns:
         The report. A policy violation gives a report with ``policy.ok`` false and nothing run;
-        a suite of more tests than ``grader.caps.MAX_TESTS`` a report with ``refused`` saying
+        a suite of more tests than ``grader.core.caps.MAX_TESTS`` a report with ``refused`` saying
         so, once the reference's runs have collected them and nothing else was run.
 
     Raises:

@@ -2,13 +2,13 @@
 
 One entry per student, named after the student: a folder, or an archive (``alice.zip``,
 ``alice.tar.gz``: an LMS download) checked and unpacked exactly as the service checks an upload
-(:mod:`api.archive`, which needs nothing of the service). Either holds the test files at its
+(:mod:`grader.core.archive`, which needs nothing of the service). Either holds the test files at its
 root, or a student repository with the tests under ``python/tests/l3-3-gru/``; a
 ``.tdd/journal.jsonl`` beside them is verified (replayed) as ``mutagrade grade --journal`` does,
 and counts in the verdict. One submission that cannot be graded (a bad archive, or one that
 breaks the grader) is a row with its problem; it never stops the batch.
 
-The warm :class:`~grader.matrix.WorkerPool` grades one submission while the next ones are
+The warm :class:`~grader.run.scheduler.WorkerPool` grades one submission while the next ones are
 prepared in threads beside it (unpacked, journal replayed in workers of their own), so the
 pool waits for a replay only when replays are slower than gradings.
 """
@@ -27,18 +27,18 @@ from typing import Callable, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.archive import ArchiveError, ArchiveLimits, unpack
-from grader.assignment import Assignment
-from grader.caps import cap_text
-from grader.grading import grade_suite
-from grader.journal import JournalFormatError, verify_journal
-from grader.matrix import WorkerPool
-from grader.models import JournalSummary, Report
-from grader.paths import Layout
-from grader.runner import RunLimits
+from grader.core.archive import ArchiveError, ArchiveLimits, unpack
+from grader.core.assignment import Assignment
+from grader.core.caps import cap_text
+from grader.flows.grading import grade_suite
+from grader.core.journal import JournalFormatError, verify_journal
+from grader.run.scheduler import WorkerPool
+from grader.core.models import JournalSummary, Report
+from grader.core.paths import Layout
+from grader.run.runner import RunLimits
 from grader.sandbox import SandboxMode, check_mode
-from grader.spreadsheet import write_rows
-from grader.suite_input import ARCHIVE_SUFFIXES, read_archive
+from grader.report.spreadsheet import write_rows
+from grader.flows.suite_input import ARCHIVE_SUFFIXES, read_archive
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
@@ -276,7 +276,7 @@ def grade_batch(
         policy: run the static policy check.
         audience: whose view the reports take (staff by default).
         on_done: called with each row as soon as it is graded (a progress bar).
-        sandbox: the sandbox mode of every grading and replay (see :func:`grader.grading.grade_suite`).
+        sandbox: the sandbox mode of every grading and replay (see :func:`grader.flows.grading.grade_suite`).
         reports: write each student's JSON report here (``<student>.json``), a submission that
             could not be graded included (its error).
         ahead: submissions prepared (unpacked, journal replayed) while one is graded; 0 one

@@ -16,14 +16,14 @@ error in every file would otherwise give reports of tens of megabytes. So:
 
 The worker caps each message it reports at 2,000 characters itself (``grader.worker.child``),
 and what one run may report at 4 MiB (``grader.worker.watch``); the uploads' own limits are
-``api.archive.ArchiveLimits`` and ``grader.sandbox.SandboxLimits``.
+``grader.core.archive.ArchiveLimits`` and ``grader.sandbox.SandboxLimits``.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, TypeVar
 
-from grader.models import JournalSummary, Report
+from grader.core.models import JournalSummary, Report
 
 __all__ = [
     "ELLIPSIS",

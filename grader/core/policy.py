@@ -20,7 +20,7 @@ too, and so are files that Python could import other than the ``.py`` files this
 compiled and extension modules. A ``__pycache__`` folder (Python writes one wherever a student
 runs the tests) is passed over: it is never copied into a run.
 
-Its own cost is bounded too (:mod:`grader.caps`): a test file over ``MAX_TEST_FILE_BYTES`` is
+Its own cost is bounded too (:mod:`grader.core.caps`): a test file over ``MAX_TEST_FILE_BYTES`` is
 refused unread (parsing one costs hundreds of bytes of memory for each byte of source), and
 :func:`find_violations` keeps only the first violations it finds, counting the rest, however
 many a suite holds.
@@ -40,7 +40,7 @@ from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from grader.caps import MAX_ID_CHARS, MAX_LISTED, MAX_TEST_FILE_BYTES, cap_text
+from grader.core.caps import MAX_ID_CHARS, MAX_LISTED, MAX_TEST_FILE_BYTES, cap_text
 
 __all__ = [
     "DEFAULT_ALLOWED_IMPORTS",

@@ -8,7 +8,7 @@ variant's source as ``source_bytes`` raw bytes that the worker itself never read
 forks for the run reads them, so the worker never holds any variant's source (SPEC §8: only
 behaviour tells variants apart). A frame ``{"end": true}``, or the end of stdin, says no more
 runs will come. The worker answers with one JSON object per line on stdout, each a
-:class:`~grader.models.SuiteRun` of the run named by ``run_id``.
+:class:`~grader.core.models.SuiteRun` of the run named by ``run_id``.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class JobSettings:
 @dataclass(frozen=True)
 class RunHeader:
     """A run's frame: which tests, under which limits; its source follows as raw bytes, then
-    its code (see :mod:`grader.codecache`)."""
+    its code (see :mod:`grader.run.codecache`)."""
 
     run_id: int
     source_bytes: int

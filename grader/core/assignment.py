@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.runner import RunLimits
-from grader.tomlfile import field_problems, read_toml
+from grader.run.runner import RunLimits
+from grader.core.tomlfile import field_problems, read_toml
 
 __all__ = ["Assignment", "AssignmentError", "Limits", "load_assignment"]
 

@@ -10,10 +10,11 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grader.wire import WorkerSandbox
+from grader.core.protocol import WorkerSandbox
 
 __all__ = [
     "REPORT_SCHEMA",
+    "Audience",
     "CourseTestResult",
     "ImplementationCheck",
     "JournalSummary",
@@ -30,6 +31,13 @@ __all__ = [
     "WorkerRun",
     "WorkerSandbox",
 ]
+
+
+class Audience(StrEnum):
+    """Who reads a report: a student sees no hidden mutant; staff see everything."""
+
+    STUDENT = "student"
+    STAFF = "staff"
 
 
 class Budget(StrEnum):
@@ -103,7 +111,7 @@ class SuiteRun(BaseModel):
 # ------------------------------------------------------------------ the worker's job
 class WorkerRun(BaseModel):
     """One suite run the grader asks a worker for (the worker sees a
-    :class:`~grader.wire.RunHeader`, never the variant's name, and only its child the source)."""
+    :class:`~grader.core.protocol.RunHeader`, never the variant's name, and only its child the source)."""
 
     variant: str
     source: str
@@ -180,7 +188,7 @@ class JournalSummary(BaseModel):
     entries: int = 0
     history: dict[str, str] = {}  # test id -> "red at entry 3, green at entry 4"
     replay_s: float = 0.0  # time spent re-running the snapshots
-    problems_omitted: int = 0  # problems found beyond those listed (grader.caps)
+    problems_omitted: int = 0  # problems found beyond those listed (grader.core.caps)
     history_omitted: int = 0  # tests whose history is not listed
 
 
@@ -214,7 +222,7 @@ class PolicySummary(BaseModel):
     ok: bool = True
     checked: bool = True
     violations: list[str] = []
-    violations_omitted: int = 0  # violations found beyond those listed (grader.caps)
+    violations_omitted: int = 0  # violations found beyond those listed (grader.core.caps)
 
     @property
     def found(self) -> int:
@@ -239,7 +247,7 @@ class Report(BaseModel):
 
     schema_: str = Field(default=REPORT_SCHEMA, alias="schema")
     submission: str
-    audience: str = "student"  # "student" hides hidden mutants; "staff" sees everything
+    audience: Audience = Audience.STUDENT
     passed: bool
     reasons: list[str] = []  # why it did not pass, in words, first the most important
     score: Score
@@ -254,7 +262,7 @@ class Report(BaseModel):
     # Why the suite was refused as a whole after it was collected (more tests than the grader
     # takes): nothing else was run. Empty when it was graded.
     refused: str = ""
-    problems_omitted: int = 0  # problems beyond those listed (grader.caps)
+    problems_omitted: int = 0  # problems beyond those listed (grader.core.caps)
     tests_omitted: int = 0  # tests not listed: only a report shortened to be stored leaves any out
 
     @property

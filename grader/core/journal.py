@@ -25,10 +25,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from grader.models import JournalSummary, Outcome, SuiteRun, WorkerRun
-from grader.paths import Layout
-from grader.runner import RunLimits, run_suites
-from grader.tomlfile import field_problems
+from grader.core.models import JournalSummary, Outcome, SuiteRun, WorkerRun
+from grader.core.paths import Layout
+from grader.run.runner import RunLimits, run_suites
+from grader.core.tomlfile import field_problems
 
 __all__ = [
     "FORMAT_VERSION",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.caps import cap_lines
-from grader.journal import (
+from grader.core.caps import cap_lines
+from grader.core.journal import (
     FORMAT_VERSION,
     GRU_FILE,
     Journal,
@@ -27,10 +27,10 @@ from grader.journal import (
     sha256_bytes,
     utc_now,
 )
-from grader.models import Outcome, SuiteRun, TestOutcome, WorkerRun
-from grader.paths import Layout
-from grader.policy import find_violations
-from grader.runner import RunLimits
+from grader.core.models import Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.core.paths import Layout
+from grader.core.policy import find_violations
+from grader.run.runner import RunLimits
 
 __all__ = ["DEFAULT_IMPL", "DEFAULT_TESTS", "Refused", "StudentRepo", "record", "status"]
 

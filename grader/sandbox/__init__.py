@@ -21,7 +21,7 @@ worker is started here, in layers:
 
 A grader that is not root cannot switch uid: where the kernel allows unprivileged user
 namespaces, each worker gets a user namespace of its own from bubblewrap instead, the userns
-layer (:mod:`grader.sandbox_userns`), which stands in for the uid layer and the uid-based
+layer (:mod:`grader.sandbox.userns`), which stands in for the uid layer and the uid-based
 privacy of the work directory.
 
 :func:`start_worker` starts a worker under a :class:`SandboxMode`; :func:`sandbox_status`
@@ -57,8 +57,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
-from grader import sandbox_userns as userns
-from grader.wire import WorkerSandbox
+from grader.sandbox import userns
+from grader.core.protocol import WorkerSandbox
 
 __all__ = [
     "CHILD_SYSCALLS",
@@ -412,7 +412,7 @@ def _interpreter_paths() -> list[Path]:
 
 
 def _grader_dir() -> Path:
-    return Path(__file__).absolute().parent
+    return Path(__file__).absolute().parents[1]
 
 
 def _unreachable(paths: Iterable[Path], user: SandboxUser) -> str:
@@ -1534,8 +1534,8 @@ _WORKER_BOOTSTRAP = (
     "m = sys.modules['grader'] = u.module_from_spec(s)\n"
     "s.loader.exec_module(m)\n"
     # pytest names importlib.metadata at its start but a worker never uses it: not imported
-    # unless a test does (see grader.lazymodule).
-    "from grader.lazymodule import defer\n"
+    # unless a test does (see grader.core.lazymodule).
+    "from grader.core.lazymodule import defer\n"
     "defer('importlib.metadata')\n"
     "from grader.worker import main\n"
     "main()\n"
@@ -1589,7 +1589,7 @@ def _start_in_bubblewrap(
     """The copy appears at the original tests path (messages name the student's own paths,
     and a conftest finding files beside it still finds them), read-only. Root's bubblewrap
     drops to the sandbox ``user``; another's gives the worker a user namespace of its own
-    (``user`` is then its :class:`~grader.sandbox_userns.Namespaces`)."""
+    (``user`` is then its :class:`~grader.sandbox.userns.Namespaces`)."""
     bwrap = _tool("bwrap")
     assert bwrap is not None  # checked by the probe  # noqa: S101
     mounts = [(path.resolve(), path) for path in _visible(readonly)] + [(copy, tests_dir)]

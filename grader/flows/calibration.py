@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 from pydantic import BaseModel
 
-from grader.golden import (
+from grader.flows.golden import (
     CaseDeviation,
     golden_deviations,
     live_deviations,
@@ -26,10 +26,11 @@ from grader.golden import (
     load_implementation,
     torch_available,
 )
-from grader.paths import Layout
-from grader.matrix import Matrix, run_matrix
-from grader.runner import RunLimits
-from grader.variants import Variant, VariantKind, build_variants
+from grader.core.paths import Layout
+from grader.core.matrix import Matrix
+from grader.run.scheduler import run_matrix
+from grader.run.runner import RunLimits
+from grader.core.variants import Variant, VariantKind, build_variants
 
 __all__ = ["PROPERTIES", "CalibrationReport", "VariantCalibration", "calibrate", "render_text"]
 

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from grader.assignment import load_assignment
-from grader.golden import load_implementation
-from grader.grading import grade_suite
-from grader.journal import verify_journal
-from grader.models import Outcome, WorkerRun
-from grader.paths import Layout
+from grader.core.assignment import load_assignment
+from grader.flows.golden import load_implementation
+from grader.flows.grading import grade_suite
+from grader.core.journal import verify_journal
+from grader.core.models import Outcome, WorkerRun
+from grader.core.paths import Layout
 from grader.report import render
-from grader.runner import RunLimits, run_suites
+from grader.run.runner import RunLimits, run_suites
 from grader.sandbox import SETUP_SCRIPT, SandboxMode, SandboxStatus, sandbox_status
 
 __all__ = ["demo_sandbox", "hand_example", "run_demo"]

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.paths import Layout
+from grader.core.paths import Layout
 from grader.sandbox import (
     Layer,
     SandboxedWorker,
@@ -98,7 +98,7 @@ class Launched:
 
 def launch_grading(*, layout: Layout, tests_dir: Path, mode: SandboxMode | str,
                    limits: SandboxLimits = SandboxLimits()) -> Launched:
-    """Start both workers of a grading of ``tests_dir`` (see :func:`grader.matrix.run_matrix`).
+    """Start both workers of a grading of ``tests_dir`` (see :func:`grader.run.scheduler.run_matrix`).
 
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine lacks.

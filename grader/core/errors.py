@@ -1,5 +1,5 @@
 """Errors shared by modules that must not import one another: the student package holds
-:mod:`grader.check` but not the grading engine (:mod:`grader.grading`)."""
+:mod:`grader.flows.check` but not the grading engine (:mod:`grader.flows.grading`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,62 @@
+"""A grading's results: every test on every variant, and where a budget stopped it.
+
+The scheduler (:mod:`grader.run.scheduler`) fills a :class:`Matrix`; scoring
+(:mod:`grader.core.scoring`) reads it. It holds data and the rules for reading it, no process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grader.core.models import Budget, Outcome, SuiteRun
+
+__all__ = ["BudgetStop", "Matrix", "needs_confirmation"]
+
+
+@dataclass(frozen=True)
+class BudgetStop:
+    """Where a grading budget ran out, and which (its CPU seconds or its wall-clock seconds)."""
+
+    budget: float
+    test: str
+    variant: str
+    kind: Budget = Budget.CPU
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Every test on every variant: a first run of each variant, the reference's second run
+    and the confirming runs, what was not run and why, and where the budget ran out."""
+
+    first: dict[str, SuiteRun]
+    second: dict[str, SuiteRun]
+    rechecks: tuple[SuiteRun, ...] = ()  # the reference run again among the late runs
+    budget_stop: BudgetStop | None = None
+    cpu_s: float = 0.0
+    runs: int = 0  # suite runs made (confirmations and continuations included)
+
+    @property
+    def test_ids(self) -> list[str]:
+        reference = self.first.get("reference")
+        return reference.test_ids if reference is not None else []
+
+    def outcome(self, test_id: str, variant: str) -> Outcome:
+        run = self.first.get(variant)
+        if run is None:
+            return Outcome.NOT_RUN
+        return run.outcome(test_id)
+
+    def confirmed_failure(self, test_id: str, variant: str) -> bool:
+        """Whether ``test_id`` failed on ``variant`` for sure: a failed assertion or an error
+        once, or a time-out (or a run that died) twice."""
+        first = self.first.get(variant)
+        if first is None or not first.outcome(test_id).kills:
+            return False
+        if not needs_confirmation(first, test_id):
+            return True
+        second = self.second.get(variant)
+        return second is not None and second.outcome(test_id).kills
+
+
+def needs_confirmation(run: SuiteRun, test_id: str) -> bool:
+    return bool(run.crashed) or run.outcome(test_id) in (Outcome.TIMEOUT, Outcome.MISSING)
