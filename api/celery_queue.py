@@ -7,13 +7,13 @@ import threading
 import time
 from datetime import timedelta
 
-from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from api import crud
 from api.celery_app import make_celery
 from api.config import Settings
-from api.db import GoldenRun, Submission, utcnow
+from api.db import utcnow
+from api.tasks import GOLDEN, GRADE
 
 __all__ = ["CeleryQueue"]
 
@@ -81,20 +81,13 @@ class CeleryQueue:
         cutoff = now - timedelta(seconds=older_than_s)
         with self.make_session() as session:
             submissions = [
-                list(session.scalars(select(Submission.id).where(
-                    Submission.status == "queued", Submission.created_at <= cutoff))),
+                crud.queued_since(session, cutoff=cutoff),
                 crud.lapsed_claims(session, lease_s=self.settings.lease_s),
             ]
             # No golden run may last longer than its claim's lease (Settings), so a claim older
             # than it belongs to a dead worker.
             lapsed = now - timedelta(seconds=self.settings.claim_lease_s)
-            goldens = [
-                list(session.scalars(select(GoldenRun.id).where(*where)))
-                for where in (
-                    (GoldenRun.status == "queued", GoldenRun.created_at <= cutoff),
-                    (GoldenRun.status == "running", GoldenRun.started_at < lapsed),
-                )
-            ]
+            goldens = crud.golden_runs_to_resend(session, cutoff=cutoff, lapsed=lapsed)
         sent = self._send_missing("cpu", *submissions, self.enqueue)
         sent += self._send_missing("gpu", *goldens, self.enqueue_golden)
         if sent:
@@ -124,14 +117,14 @@ class CeleryQueue:
             return None
 
     def enqueue(self, submission_id: int) -> None:
-        self._send("grade", submission_id, queue="cpu", what="submission")
+        self._send(GRADE, submission_id, queue="cpu", what="submission")
 
     def enqueue_golden(self, run_id: int) -> None:
-        self._send("golden", run_id, queue="gpu", what="golden run")
+        self._send(GOLDEN, run_id, queue="gpu", what="golden run")
 
     def _send(self, task: str, job_id: int, *, queue: str, what: str) -> None:
         try:
-            self.app.mutagrade_tasks[task].apply_async(
+            self.app.tasks[task].apply_async(
                 args=[job_id], queue=queue, retry=True,
                 retry_policy={"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
             )

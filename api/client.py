@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from api.states import JobStatus
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NOT_PASSED, EXIT_OK, EXIT_UNREACHABLE
 from grader.core.models import Report
 from grader.report import render
@@ -96,7 +97,7 @@ def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: f
                 body = state.json()
                 elapsed = time.monotonic() - started
                 print(f"\rsubmission {created['id']}: {body['status']:<8} {elapsed:5.0f} s", end="", file=sys.stderr, flush=True)
-                if body["status"] in ("done", "error"):
+                if body["status"] in (JobStatus.DONE, JobStatus.ERROR):
                     print(file=sys.stderr)
                     break
                 if elapsed > timeout:
@@ -108,7 +109,7 @@ def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: f
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:  # an answer that is no mutagrade service's
         raise ClientError(f"the server {server} did not answer as a mutagrade service does "
                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})", EXIT_UNREACHABLE) from None
-    if body["status"] == "error":
+    if body["status"] == JobStatus.ERROR:
         refused = "could not be graded" in (body["error"] or "")
         raise ClientError(f"submission {created['id']}: {body['error']}", EXIT_BAD_INPUT if refused else EXIT_INTERNAL)
     report = Report.model_validate(body["report"])

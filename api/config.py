@@ -10,9 +10,11 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from grader.sandbox import RETRY_FAILED_PROBE_S
+from grader.core.archive import ArchiveLimits
+from grader.core.paths import Layout, default_layout
+from grader.sandbox.status import RETRY_FAILED_PROBE_S
 
-__all__ = ["Settings", "get_settings"]
+__all__ = ["Settings", "archive_limits", "get_settings", "layout_of"]
 
 
 class Settings(BaseSettings):
@@ -101,3 +103,15 @@ class Settings(BaseSettings):
 def get_settings(**overrides: object) -> Settings:
     """Settings from the environment, with explicit overrides (tests, the CLI) on top."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def layout_of(settings: Settings) -> Layout:
+    """The checkout the service grades with: ``settings.root``, or this one."""
+    return Layout(settings.root.resolve()) if settings.root else default_layout()
+
+
+def archive_limits(settings: Settings) -> ArchiveLimits:
+    """What an uploaded archive may hold, by the settings."""
+    return ArchiveLimits(
+        max_bytes=settings.max_upload_bytes, max_files=settings.max_files, max_unpacked=settings.max_unpacked_bytes
+    )

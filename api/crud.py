@@ -1,4 +1,4 @@
-"""Database operations, each a keyword-only function over a session."""
+"""Database operations, each a function over a session: every query of the service is here."""
 
 from __future__ import annotations
 
@@ -6,38 +6,46 @@ import hashlib
 import secrets
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import and_, case, func, select, update
+from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from api.db import Submission, User, utcnow
+from api.db import GoldenRun, Submission, User, utcnow
+from api.states import IN_FLIGHT, JobStatus, Role
 from grader.core.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
 from grader.core.models import Report
 
 __all__ = [
-    "IN_FLIGHT",
     "InFlightLimit",
     "UserExists",
     "as_utc",
+    "claim_golden_run",
     "claim_next",
+    "create_golden_run",
     "create_submission",
     "create_user",
     "database_now",
+    "finish_golden_run",
     "finish_submission",
+    "get_golden_run",
+    "get_submission",
+    "golden_runs_to_resend",
     "gradebook_rows",
     "hash_token",
     "in_flight",
     "lapsed_claims",
     "list_submissions",
     "list_users",
+    "ping",
+    "queued_since",
     "regrade",
+    "release",
     "renew_claim",
     "requeue_running",
     "revoke_token",
+    "user_by_name",
     "user_by_token",
+    "wait_for_sandbox",
 ]
-
-ROLES = ("student", "staff")
-IN_FLIGHT = ("queued", "running")  # a submission in these states is not graded yet
 
 
 class InFlightLimit(Exception):
@@ -68,11 +76,11 @@ def create_user(session: Session, *, name: str, role: str, replace: bool = False
         UserExists: the user exists and ``replace`` is false (nothing is changed).
         ValueError: if ``role`` is not student or staff, or ``name`` is empty.
     """
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if role not in tuple(Role):
+        raise ValueError(f"role must be one of {', '.join(Role)}, got {role!r}")
     if not name.strip():
         raise ValueError("user name must not be empty")
-    user = session.scalar(select(User).where(User.name == name))
+    user = user_by_name(session, name=name)
     if user is not None and not replace:
         has = "has a token" if user.token_hash is not None else "exists, its token revoked"
         raise UserExists(
@@ -96,13 +104,17 @@ def revoke_token(session: Session, *, name: str) -> bool:
     Raises:
         LookupError: no user of that name.
     """
-    user = session.scalar(select(User).where(User.name == name))
+    user = user_by_name(session, name=name)
     if user is None:
         raise LookupError(f"user {name!r}: no such user")
     had = user.token_hash is not None
     user.token_hash = None
     session.commit()
     return had
+
+
+def user_by_name(session: Session, *, name: str) -> User | None:
+    return session.scalar(select(User).where(User.name == name))
 
 
 def user_by_token(session: Session, *, token: str) -> User | None:
@@ -119,6 +131,10 @@ def in_flight(session: Session, *, user_id: int) -> int:
         select(func.count()).select_from(Submission).where(Submission.user_id == user_id,
                                                             Submission.status.in_(IN_FLIGHT))
     )
+
+
+def get_submission(session: Session, submission_id: int) -> Submission | None:
+    return session.get(Submission, submission_id)
 
 
 def create_submission(
@@ -139,7 +155,7 @@ def create_submission(
         if count >= max_in_flight:
             session.rollback()
             raise InFlightLimit(count, max_in_flight)
-    submission = Submission(user_id=user.id, archive=archive, archive_name=name[:255], status="queued")
+    submission = Submission(user_id=user.id, archive=archive, archive_name=name[:255], status=JobStatus.QUEUED)
     session.add(submission)
     session.commit()
     return submission
@@ -181,7 +197,7 @@ def _renewed():
 
 def _lapsed(now: datetime, lease_s: float):
     """Running under a claim not renewed for ``lease_s``."""
-    return and_(Submission.status == "running", _renewed() < now - timedelta(seconds=lease_s))
+    return and_(Submission.status == JobStatus.RUNNING, _renewed() < now - timedelta(seconds=lease_s))
 
 
 def _fairest_queued(ids: list[int] | None):
@@ -190,11 +206,11 @@ def _fairest_queued(ids: list[int] | None):
     ended first; never served first: a long grading counts as service until it ends, so a
     student of slow suites waits for those of quick ones); that student's oldest queued
     submission."""
-    waiting = select(Submission.user_id).where(Submission.status == "queued")
+    waiting = select(Submission.user_id).where(Submission.status == JobStatus.QUEUED)
     students = (
         select(
             Submission.user_id,
-            func.sum(case((Submission.status == "running", 1), else_=0)).label("running"),
+            func.sum(case((Submission.status == JobStatus.RUNNING, 1), else_=0)).label("running"),
             func.max(Submission.finished_at).label("served"),
         )
         .where(Submission.user_id.in_(waiting))
@@ -204,7 +220,7 @@ def _fairest_queued(ids: list[int] | None):
     query = (
         select(Submission.id)
         .join(students, students.c.user_id == Submission.user_id)
-        .where(Submission.status == "queued")
+        .where(Submission.status == JobStatus.QUEUED)
         .order_by(students.c.running, students.c.served.asc().nulls_first(), Submission.id)
         .limit(1)
     )
@@ -233,13 +249,13 @@ def claim_next(
             if candidate is None:
                 session.commit()
                 return None
-            takeable = Submission.status == "queued"
+            takeable = Submission.status == JobStatus.QUEUED
         else:
             takeable = lapsed
         claimed = session.execute(
             update(Submission)
             .where(Submission.id == candidate, takeable)
-            .values(status="running", claimed_by=worker, started_at=now, heartbeat_at=now,
+            .values(status=JobStatus.RUNNING, claimed_by=worker, started_at=now, heartbeat_at=now,
                     attempts=Submission.attempts + 1)
         )
         session.commit()
@@ -255,6 +271,13 @@ def renew_claim(session: Session, submission_id: int, *, worker: str) -> bool:
     )
     session.commit()
     return renewed.rowcount == 1
+
+
+def queued_since(session: Session, *, cutoff: datetime) -> list[int]:
+    """The submissions still queued that were stored at ``cutoff`` or before."""
+    return list(session.scalars(
+        select(Submission.id).where(Submission.status == JobStatus.QUEUED, Submission.created_at <= cutoff)
+    ))
 
 
 def lapsed_claims(session: Session, *, lease_s: float) -> list[int]:
@@ -285,14 +308,14 @@ def finish_submission(
         if len(report_json.encode()) > MAX_STORED_REPORT_BYTES:
             report_json = report_json_within(Report.model_validate_json(report_json))
     error = cap_text(error) if error else error
-    conditions = [Submission.id == submission_id, Submission.status == "running"]
+    conditions = [Submission.id == submission_id, Submission.status == JobStatus.RUNNING]
     if worker is not None:
         conditions.append(Submission.claimed_by == worker)
     stored = session.execute(
         update(Submission)
         .where(*conditions)
         .values(
-            status="error" if error else "done",
+            status=JobStatus.ERROR if error else JobStatus.DONE,
             finished_at=utcnow(),
             report_json=report_json,
             passed=passed,
@@ -305,12 +328,12 @@ def finish_submission(
 
 
 # A running submission as it was before its claim (queued again).
-_UNCLAIMED = {"status": "queued", "claimed_by": None, "started_at": None, "heartbeat_at": None}
+_UNCLAIMED = {"status": JobStatus.QUEUED, "claimed_by": None, "started_at": None, "heartbeat_at": None}
 
 
 def _held_by(submission_id: int, worker: str) -> tuple:
     """The rows of a submission ``worker`` holds: running, under its claim."""
-    return Submission.id == submission_id, Submission.status == "running", Submission.claimed_by == worker
+    return Submission.id == submission_id, Submission.status == JobStatus.RUNNING, Submission.claimed_by == worker
 
 
 def wait_for_sandbox(session: Session, submission_id: int, *, worker: str, release: bool) -> int | None:
@@ -336,7 +359,7 @@ def release(session: Session, submission_id: int, *, worker: str) -> bool:
 
 def requeue_running(session: Session, *, worker_prefix: str | None = None) -> int:
     """Queue again the jobs a stopped server left running (all of them, or one worker's)."""
-    query = update(Submission).where(Submission.status == "running")
+    query = update(Submission).where(Submission.status == JobStatus.RUNNING)
     if worker_prefix is not None:
         query = query.where(Submission.claimed_by.startswith(worker_prefix))
     result = session.execute(query.values(**_UNCLAIMED))
@@ -346,7 +369,7 @@ def requeue_running(session: Session, *, worker_prefix: str | None = None) -> in
 
 def regrade(session: Session, *, submission: Submission) -> Submission:
     """Queue ``submission`` again, to be graded with the full kill matrix."""
-    submission.status = "queued"
+    submission.status = JobStatus.QUEUED
     submission.full_matrix = True
     submission.sandbox_waits = 0
     submission.claimed_by = None
@@ -362,12 +385,12 @@ def regrade(session: Session, *, submission: Submission) -> Submission:
 def gradebook_rows(session: Session) -> list[dict[str, object]]:
     """Per student: submission count, the latest graded submission and the best one."""
     rows = []
-    students = session.scalars(select(User).where(User.role == "student").order_by(User.name))
+    students = session.scalars(select(User).where(User.role == Role.STUDENT).order_by(User.name))
     for student in students:
         graded = list(
             session.scalars(
                 select(Submission)
-                .where(Submission.user_id == student.id, Submission.status == "done")
+                .where(Submission.user_id == student.id, Submission.status == JobStatus.DONE)
                 .order_by(Submission.id.desc())
             )
         )
@@ -376,6 +399,72 @@ def gradebook_rows(session: Session) -> list[dict[str, object]]:
         best = max(graded, key=lambda s: (bool(s.passed), s.kill_rate or 0.0, -s.id), default=None)
         rows.append({"student": student.name, "submissions": total, "latest": latest, "best": best})
     return rows
+
+
+def ping(session: Session) -> None:
+    """A round trip to the database (raises when it does not answer)."""
+    session.execute(text("SELECT 1"))
+
+
+# ---------------------------------------------------------------- golden runs
+def create_golden_run(session: Session, *, submission_id: int | None, cases: int) -> GoldenRun:
+    """Store a golden run, queued."""
+    run = GoldenRun(status=JobStatus.QUEUED, submission_id=submission_id, cases=cases)
+    session.add(run)
+    session.commit()
+    return run
+
+
+def get_golden_run(session: Session, run_id: int) -> GoldenRun | None:
+    """The run as the database holds it now (a worker may have moved it on)."""
+    run = session.get(GoldenRun, run_id)
+    if run is not None:
+        session.refresh(run)
+    return run
+
+
+def claim_golden_run(session: Session, run_id: int, *, worker: str, stale_after_s: float) -> GoldenRun | None:
+    """Take a queued run for ``worker``, or one whose claim is older than ``stale_after_s`` (its
+    worker died and the broker handed the job on); None otherwise. The conditional UPDATE lets
+    one claimer only see its row count be 1."""
+    stale = utcnow() - timedelta(seconds=stale_after_s)
+    claimed = session.execute(
+        update(GoldenRun)
+        .where(
+            GoldenRun.id == run_id,
+            or_(GoldenRun.status == JobStatus.QUEUED,
+                and_(GoldenRun.status == JobStatus.RUNNING, GoldenRun.started_at < stale)),
+        )
+        .values(status=JobStatus.RUNNING, claimed_by=worker, started_at=utcnow())
+    )
+    session.commit()
+    return session.get(GoldenRun, run_id) if claimed.rowcount == 1 else None
+
+
+def finish_golden_run(
+    session: Session, run_id: int, *, worker: str, result_json: str | None = None, error: str | None = None
+) -> JobStatus:
+    """Store a run's result, or its error, if ``worker`` still holds it; returns its new status."""
+    values = {"status": JobStatus.ERROR, "error": error} if error is not None else {
+        "status": JobStatus.DONE, "result_json": result_json}
+    session.execute(
+        update(GoldenRun).where(GoldenRun.id == run_id, GoldenRun.claimed_by == worker)
+        .values(finished_at=utcnow(), **values)
+    )
+    session.commit()
+    return values["status"]
+
+
+def golden_runs_to_resend(session: Session, *, cutoff: datetime, lapsed: datetime) -> tuple[list[int], list[int]]:
+    """The runs still queued that were stored at ``cutoff`` or before, and those running under a
+    claim taken before ``lapsed`` (their workers died)."""
+    return tuple(
+        list(session.scalars(select(GoldenRun.id).where(*where)))
+        for where in (
+            (GoldenRun.status == JobStatus.QUEUED, GoldenRun.created_at <= cutoff),
+            (GoldenRun.status == JobStatus.RUNNING, GoldenRun.started_at < lapsed),
+        )
+    )
 
 
 def as_utc(moment: datetime | None) -> str:

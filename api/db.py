@@ -20,6 +20,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 
+from api.states import JobStatus
+
 __all__ = ["Base", "GoldenRun", "Submission", "User", "make_engine", "make_sessionmaker", "utcnow"]
 
 
@@ -38,7 +40,7 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True, index=True)
-    role: Mapped[str] = mapped_column(String(10))  # "student" | "staff"
+    role: Mapped[str] = mapped_column(String(10))  # a Role
     token_hash: Mapped[str | None] = mapped_column(String(64), unique=True, index=True, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -53,7 +55,7 @@ class Submission(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
-    status: Mapped[str] = mapped_column(String(10), index=True, default="queued")
+    status: Mapped[str] = mapped_column(String(10), index=True, default=JobStatus.QUEUED)
     archive: Mapped[bytes] = mapped_column(LargeBinary)
     archive_name: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
@@ -82,7 +84,7 @@ class GoldenRun(Base):
     __tablename__ = "golden_runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    status: Mapped[str] = mapped_column(String(10), index=True, default="queued")
+    status: Mapped[str] = mapped_column(String(10), index=True, default=JobStatus.QUEUED)
     submission_id: Mapped[int | None] = mapped_column(ForeignKey("submissions.id"), nullable=True)
     cases: Mapped[int] = mapped_column(Integer, default=4)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

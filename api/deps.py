@@ -6,22 +6,34 @@ from typing import Annotated, Iterator
 
 from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 
 from api import crud
 from api.db import User
+from api.schemas import ID_MAX
+from api.states import Role
 
-__all__ = ["ID_MAX", "CurrentUser", "RowId", "SessionDep", "StaffUser", "get_session"]
+__all__ = ["ID_MAX", "TOKEN_COOKIE", "CurrentUser", "RowId", "SessionDep", "StaffUser", "get_session", "request_token"]
 
 TOKEN_COOKIE = "mutagrade_token"
 _READ_ONLY = frozenset({"GET", "HEAD"})  # the methods the cookie is taken for, on the REST API
 
-# Ids are Integer columns: 32-bit on PostgreSQL, 64-bit on SQLite. A larger number in a URL
-# must be refused as bad input (422), not reach the driver and come back as a 500.
-ID_MAX = 2**31 - 1
 RowId = Annotated[int, Path(ge=1, le=ID_MAX, description="a positive id")]
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `mutagrade admin token create`")
+
+
+def request_token(request: Request, *, bearer: bool = False, cookie: bool = True) -> str | None:
+    """The token a request carries, or None: with ``bearer``, its ``Authorization: Bearer``
+    token first; with ``cookie``, the one of the cookie the sign-in form sets. Every route and
+    page reads it here, and never from the URL (addresses end up in logs, histories and
+    ``Referer`` headers)."""
+    if bearer:
+        scheme, credentials = get_authorization_scheme_param(request.headers.get("Authorization"))
+        if scheme.lower() == "bearer" and credentials:
+            return credentials
+    return (request.cookies.get(TOKEN_COOKIE) or None) if cookie else None
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -35,18 +47,15 @@ SessionDep = Annotated[Session, Depends(get_session)]
 def get_current_user(
     request: Request,
     session: SessionDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],  # the API's description names it
 ) -> User:
-    """The user of the bearer token, or of the cookie the sign-in form sets (a token is never
-    taken from the URL: addresses end up in logs, histories and ``Referer`` headers).
+    """The user of the bearer token, or of the sign-in cookie (:func:`request_token`).
 
     The cookie opens what the pages link to (reports to download) and changes nothing: the
     browser sends it with a request to this host from any page of the same site, so a post from
     elsewhere would ride on it. The pages' own forms post to the pages, which check them
     (:mod:`api.csrf`)."""
-    token = credentials.credentials if credentials else None
-    if token is None and request.method in _READ_ONLY:
-        token = request.cookies.get(TOKEN_COOKIE)
+    token = request_token(request, bearer=True, cookie=request.method in _READ_ONLY)
     if not token:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -66,7 +75,7 @@ CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
 def get_staff_user(user: CurrentUser) -> User:
-    if user.role != "staff":
+    if user.role != Role.STAFF:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this route is for course staff only")
     return user
 

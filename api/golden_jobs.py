@@ -7,40 +7,20 @@ import os
 import socket
 import tempfile
 import uuid
-from datetime import timedelta
 from pathlib import Path
 
-from pydantic import BaseModel
-from sqlalchemy import and_, or_, update
 from sqlalchemy.orm import sessionmaker
 
+from api import crud
+from api.config import Settings, archive_limits, layout_of
+from api.schemas import GoldenResult, VariantGolden
 from grader.core.archive import unpack
-from api.config import Settings
-from api.db import GoldenRun, Submission, utcnow
-from api.jobs import archive_limits, layout_of
 from grader.core.assignment import load_assignment
-from grader.flows.golden import device_in_use, golden_throughput, live_deviations, load_implementation
+from grader.core.models import Outcome
 from grader.core.variants import build_variants
+from grader.flows.golden import device_in_use, golden_throughput, live_deviations, load_implementation
 
-__all__ = ["GoldenResult", "VariantGolden", "compare_variants", "run_golden"]
-
-
-class VariantGolden(BaseModel):
-    id: str
-    kind: str
-    matches: bool
-    max_deviation: float
-    worst: str
-
-
-class GoldenResult(BaseModel):
-    device: str
-    dtype: str
-    cases: int
-    variants: list[VariantGolden]
-    cases_per_s: float
-    implementation_ok: bool | None = None  # a submission's own package, where one was given
-    implementation_problems: list[str] = []
+__all__ = ["compare_variants", "run_golden"]
 
 
 def compare_variants(settings: Settings, *, cases: int, seed: int = 0) -> GoldenResult:
@@ -62,37 +42,22 @@ def compare_variants(settings: Settings, *, cases: int, seed: int = 0) -> Golden
     return GoldenResult(device=device, dtype=dtype, cases=cases, variants=rows, cases_per_s=speed.cases_per_s)
 
 
-def _claim(make_session: sessionmaker, run_id: int, worker: str, stale_after_s: float) -> GoldenRun | None:
-    """Take a queued run, or one whose claim is older than ``stale_after_s`` (its worker died
-    and the broker handed the job on); None otherwise."""
-    stale = utcnow() - timedelta(seconds=stale_after_s)
-    with make_session() as session:
-        claimed = session.execute(
-            update(GoldenRun)
-            .where(
-                GoldenRun.id == run_id,
-                or_(GoldenRun.status == "queued", and_(GoldenRun.status == "running", GoldenRun.started_at < stale)),
-            )
-            .values(status="running", claimed_by=worker, started_at=utcnow())
-        )
-        session.commit()
-        return session.get(GoldenRun, run_id) if claimed.rowcount == 1 else None
-
-
 def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -> str:
     """Run one golden job by id (idempotent: only a queued run, or one whose worker died, is
     taken) and store its result."""
     worker = f"{socket.gethostname()[:50]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-    run = _claim(make_session, run_id, worker, settings.claim_lease_s)
+    with make_session() as session:
+        run = crud.claim_golden_run(session, run_id, worker=worker, stale_after_s=settings.claim_lease_s)
     if run is None:
         return "skipped"
     try:
         result = compare_variants(settings, cases=run.cases)
         if run.submission_id is not None:
             from grader.flows.check import check_implementation
+            from grader.run.runner import RunLimits
 
             with make_session() as session:
-                archive = session.get(Submission, run.submission_id).archive
+                archive = crud.get_submission(session, run.submission_id).archive
             layout = layout_of(settings)
             with tempfile.TemporaryDirectory(prefix="mutagrade-golden-") as tmp:
                 files = unpack(archive, Path(tmp), archive_limits(settings))
@@ -100,19 +65,14 @@ def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -
                     result.implementation_problems = ["the submission holds no python/tinyllm package"]
                     result.implementation_ok = False
                 else:
-                    limits = load_assignment(layout.assignment).run_limits()
+                    limits = RunLimits.of(load_assignment(layout.assignment))
                     check = check_implementation(files.implementation, layout=layout, limits=limits)
                     result.implementation_ok = check.ok
                     result.implementation_problems = [
-                        f"{t.id}: {t.outcome.value}" for t in check.tests if t.outcome.value != "passed"
+                        f"{t.id}: {t.outcome.value}" for t in check.tests if t.outcome != Outcome.PASSED
                     ] + check.problems
-        values = {"status": "done", "result_json": result.model_dump_json()}
+        outcome = {"result_json": result.model_dump_json()}
     except Exception as exc:  # noqa: BLE001 - stored with the run, the worker goes on
-        values = {"status": "error", "error": f"{exc!r}"[:2000]}
+        outcome = {"error": f"{exc!r}"[:2000]}
     with make_session() as session:
-        session.execute(
-            update(GoldenRun).where(GoldenRun.id == run_id, GoldenRun.claimed_by == worker)
-            .values(finished_at=utcnow(), **values)
-        )
-        session.commit()
-    return values["status"]
+        return crud.finish_golden_run(session, run_id, worker=worker, **outcome)

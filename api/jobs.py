@@ -12,19 +12,19 @@ from pathlib import Path
 from sqlalchemy.orm import sessionmaker
 
 from api import crud
-from grader.core.archive import ArchiveError, ArchiveLimits, unpack
-from api.config import Settings
+from api.config import Settings, archive_limits, layout_of
+from grader.core.archive import ArchiveError, unpack
 from api.db import Submission
 from grader.core.assignment import load_assignment
 from grader.core.caps import report_json_within
 from grader.flows.grading import GradingInputError, grade_suite
 from grader.core.journal import JournalFormatError, verify_journal
-from grader.core.models import JournalSummary
-from grader.core.paths import Layout, default_layout
+from grader.core.models import Audience, JournalSummary
+from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
-from grader.sandbox import SandboxUnavailable
+from grader.sandbox.base import SandboxUnavailable
 
-__all__ = ["GradingDeferred", "archive_limits", "grade_submission", "layout_of", "make_pool"]
+__all__ = ["GradingDeferred", "grade_submission", "make_pool"]
 
 
 class GradingDeferred(Exception):
@@ -38,20 +38,10 @@ class GradingDeferred(Exception):
         self.retry_after_s = retry_after_s
 
 
-def layout_of(settings: Settings) -> Layout:
-    return Layout(settings.root.resolve()) if settings.root else default_layout()
-
-
-def archive_limits(settings: Settings) -> ArchiveLimits:
-    return ArchiveLimits(
-        max_bytes=settings.max_upload_bytes, max_files=settings.max_files, max_unpacked=settings.max_unpacked_bytes
-    )
-
-
 def make_pool(settings: Settings) -> WorkerPool:
     """Warm grading workers for one queue thread (started at its first job)."""
     layout = layout_of(settings)
-    return WorkerPool(layout=layout, limits=load_assignment(layout.assignment).run_limits(settings.grade_jobs))
+    return WorkerPool(layout=layout, limits=RunLimits.of(load_assignment(layout.assignment), jobs=settings.grade_jobs))
 
 
 def grade_submission(
@@ -74,7 +64,7 @@ def grade_submission(
     """
     layout = layout_of(settings)
     assignment = load_assignment(layout.assignment)
-    limits = assignment.run_limits(settings.grade_jobs)
+    limits = RunLimits.of(assignment, jobs=settings.grade_jobs)
     unpacked = ""
     try:
         with tempfile.TemporaryDirectory(prefix="mutagrade-submission-") as tmp:
@@ -90,7 +80,7 @@ def grade_submission(
                 layout=layout,
                 assignment=assignment,
                 journal=journal,
-                audience="staff",
+                audience=Audience.STAFF,
                 jobs=settings.grade_jobs,
                 submission=f"submission {submission.id} ({submission.archive_name})",
                 full_matrix=bool(submission.full_matrix),

@@ -9,9 +9,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from api.config import Settings, get_settings
+from api.config import Settings, get_settings, layout_of
 from api.db import make_engine, make_sessionmaker
-from api.jobs import layout_of
 from api.logs import install as redact_tokens_in_logs
 from api.migrate import upgrade
 from api.queue import make_queue

@@ -1,19 +1,28 @@
-"""Request and response bodies of the API, split by role and use."""
+"""Request and response bodies of the API (every one of them), and what a golden run stores."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from grader.core.models import Report
 
 __all__ = [
+    "ID_MAX",
     "AssignmentPublic",
+    "GoldenRequest",
+    "GoldenResult",
+    "GoldenRunPublic",
     "Health",
     "Links",
     "MutantPublic",
     "SubmissionCreated",
     "SubmissionPublic",
+    "VariantGolden",
 ]
+
+# Ids are Integer columns: 32-bit on PostgreSQL, 64-bit on SQLite. A larger number in a request
+# must be refused as bad input (422), not reach the driver and come back as a 500.
+ID_MAX = 2**31 - 1
 
 
 class Links(BaseModel):
@@ -36,7 +45,7 @@ class SubmissionPublic(BaseModel):
 
     id: int
     student: str
-    status: str  # queued | running | done | error
+    status: str  # queued | running | done | error (api.states.JobStatus)
     archive_name: str
     created_at: str
     started_at: str
@@ -68,3 +77,41 @@ class Health(BaseModel):
     status: str
     database: str | None = None
     queue: str | None = None
+
+
+class VariantGolden(BaseModel):
+    id: str
+    kind: str
+    matches: bool
+    max_deviation: float
+    worst: str
+
+
+class GoldenResult(BaseModel):
+    """A golden run's result, as stored with the run and sent back."""
+
+    device: str
+    dtype: str
+    cases: int
+    variants: list[VariantGolden]
+    cases_per_s: float
+    implementation_ok: bool | None = None  # a submission's own package, where one was given
+    implementation_problems: list[str] = []
+
+
+class GoldenRequest(BaseModel):
+    cases: int = Field(default=4, ge=1, le=1000, description="random cases per variant")
+    submission_id: int | None = Field(
+        default=None, ge=1, le=ID_MAX, description="also check this submission's python/tinyllm"
+    )
+
+
+class GoldenRunPublic(BaseModel):
+    id: int
+    status: str  # queued | running | done | error (api.states.JobStatus)
+    submission_id: int | None
+    cases: int
+    created_at: str
+    finished_at: str
+    result: GoldenResult | None
+    error: str | None

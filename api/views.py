@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from api import crud
 from api.db import Submission, User
 from api.schemas import Links, SubmissionPublic
+from api.states import JobStatus, Role
 from grader.core.models import Report
 from grader.core.scoring import student_view
 
@@ -31,8 +32,8 @@ def links(submission_id: int) -> Links:
 def owned_submission(session: Session, submission_id: int, user: User) -> Submission:
     """The submission, if this user may see it; a student asking for another's gets 404, as if
     it did not exist."""
-    submission = session.get(Submission, submission_id)
-    if submission is None or (user.role != "staff" and submission.user_id != user.id):
+    submission = crud.get_submission(session, submission_id)
+    if submission is None or (user.role != Role.STAFF and submission.user_id != user.id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"submission {submission_id}: no such submission")
     return submission
 
@@ -42,7 +43,7 @@ def report_for(request: Request, submission: Submission, user: User) -> Report |
     if submission.report_json is None:
         return None
     report = Report.model_validate_json(submission.report_json)
-    return report if user.role == "staff" else student_view(report, request.app.state.variants)
+    return report if user.role == Role.STAFF else student_view(report, request.app.state.variants)
 
 
 def done_report(request: Request, submission: Submission, user: User) -> Report:
@@ -50,7 +51,7 @@ def done_report(request: Request, submission: Submission, user: User) -> Report:
     if report is None:
         detail = (
             f"submission {submission.id} could not be graded: {submission.error}"
-            if submission.status == "error"
+            if submission.status == JobStatus.ERROR
             else f"submission {submission.id} is {submission.status}: its report is not ready yet"
         )
         raise HTTPException(status.HTTP_409_CONFLICT, detail)

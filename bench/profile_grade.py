@@ -42,6 +42,7 @@ from grader.report import RENDERERS, render  # noqa: E402
 from grader.run.scheduler import run_matrix  # noqa: E402
 from grader.core.variants import build_variants  # noqa: E402
 from grader.core.protocol import JobSettings  # noqa: E402
+from grader.run.runner import RunLimits, job_settings  # noqa: E402
 
 from ab_grade import TESTS, busy_seconds  # noqa: E402 - beside this script
 
@@ -74,10 +75,16 @@ def interpreter_ms() -> float:
     return statistics.median(times)
 
 
+def _job(tests: str) -> JobSettings:
+    """A worker's job for ``tests`` on the reference, under the assignment's limits."""
+    layout = default_layout()
+    limits = RunLimits.of(load_assignment(layout.assignment), jobs=1)  # one child at a time, as measured
+    return job_settings(limits, reference=str(layout.package_dir), tests=tests, hash_seed=1)
+
+
 def worker_setup_profile() -> tuple[float, str]:
     """cProfile of a worker's one-time set-up, in a fresh interpreter (imports are cold there)."""
-    layout = default_layout()
-    job = JobSettings(reference=str(layout.package_dir), tests=str(TESTS), hash_seed=1)
+    job = _job(str(TESTS))
     script = (
         "import cProfile, pstats, io, sys, time, json\n"
         "from grader.core.protocol import JobSettings\n"
@@ -110,7 +117,7 @@ import grader.worker.serve as worker
 from grader.worker.child import install_variant
 
 layout = default_layout()
-job = JobSettings(reference=str(layout.package_dir), tests=sys.argv[1], hash_seed=1)
+job = JobSettings.from_message(json.loads(sys.argv[3]))
 session = worker._prepare(job)
 source = layout.gru_source.read_text()
 code = variant_code(source) or b""
@@ -176,7 +183,8 @@ def fork_cost(children: int = 12) -> dict[str, dict[str, float]]:
     """Medians over ``children`` forks of each kind (empty, running the reference), from a worker
     set up in a fresh interpreter: see :data:`_FORK_SCRIPT`."""
     done = subprocess.run(
-        [sys.executable, "-c", _FORK_SCRIPT, str(TESTS), str(children)], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, "-c", _FORK_SCRIPT, str(TESTS), str(children), _job(str(TESTS)).to_frame()[4:].decode()],
+        capture_output=True, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
     if done.returncode != 0 or not done.stdout.strip():
@@ -240,7 +248,7 @@ def main() -> None:
 
     variants = build_variants(layout)
     started = time.perf_counter()
-    matrix = run_matrix(layout=layout, tests_dir=TESTS, variants=variants, limits=assignment.run_limits())
+    matrix = run_matrix(layout=layout, tests_dir=TESTS, variants=variants, limits=RunLimits.of(assignment))
     wall = time.perf_counter() - started
     runs = [*matrix.first.values(), *matrix.second.values()]
     ran = [r for r in runs if r.phases]

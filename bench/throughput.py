@@ -220,7 +220,7 @@ def main() -> None:
         api = ApiProcess(port=free_port(), env=env, log=tmp / "api.log")
         api.start()
         stack.callback(api.stop)
-        made = subprocess.run([sys.executable, "-m", "grader.cli", "admin", "token", "create", "--user", "bench",
+        made = subprocess.run([sys.executable, "-m", "api.cli", "admin", "token", "create", "--user", "bench",
                                "--role", "student"], env=env, capture_output=True, text=True, check=True)
         client = stack.enter_context(httpx.Client(base_url=api.url, timeout=60,
                                                   headers={"Authorization": f"Bearer {made.stdout.strip()}"}))

@@ -1,8 +1,12 @@
 """The ``mutagrade`` command line: a thin layer over the library functions.
 
+The service's commands (``serve``, ``worker``, ``admin``, ``submit``) are :mod:`api.cli`'s: the
+installed ``mutagrade`` command is that module's, which adds them to this parser; this module
+imports nothing of the service.
+
 Exit codes (:mod:`grader.core.exits`): 0 success, 1 a check ran and did not pass, 2 bad input (path,
 archive, manifest, patch, a policy violation, more tests than the grader takes), 3 internal
-error, 4 (``submit``) the server could not be reached.
+error.
 """
 
 from __future__ import annotations
@@ -13,24 +17,24 @@ import os
 import math
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from grader import __version__
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
 from grader.core.paths import Layout, default_layout
+from grader.student_cli import UsageError, add_tdd_command, local_sandbox, run_tdd, student_repo
 
 # The rest of the grader (pydantic, numpy, ...) is imported by the command that needs it:
 # `grade` starts its workers first, so they warm up while those imports happen.
 
-__all__ = ["main", "start_process"]
+__all__ = ["FORMATS", "MoreCommands", "UsageError", "build_parser", "main", "run", "start_process"]
 
 # The formats of a printed report: the keys of grader.report.RENDERERS, spelled out here so
 # that the parser is built before the grader (pydantic) is imported.
 FORMATS = ("text", "json", "junit", "gradescope", "github", "html")
 
-
-class UsageError(Exception):
-    """Bad input on the command line: printed as ``mutagrade: error: ...``, exit 2."""
+# Adds more commands to the parser's list (api.cli adds the service's).
+MoreCommands = Callable[[argparse._SubParsersAction], None]
 
 
 # ---------------------------------------------------------------------- commands
@@ -139,45 +143,6 @@ def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK if wrong == 0 else EXIT_NOT_PASSED
 
 
-def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
-    from api.celery_app import make_celery
-    from api.config import get_settings
-    from grader.flows.golden import device_in_use
-
-    settings = get_settings(root=args.root)
-    name = args.hostname or f"{args.queues}@%h"
-    if args.ping:
-        return _ping_worker(make_celery(settings), name)
-    device, dtype = device_in_use()
-    print(f"mutagrade worker: queues {args.queues}, device {device} ({dtype} comparisons), "
-          f"broker {settings.broker_url}, database {settings.database_url}", file=sys.stderr, flush=True)
-    app = make_celery(settings)
-    app.worker_main([
-        "worker", "--queues", args.queues, "--concurrency", str(args.concurrency),
-        "--loglevel", args.log_level, "--hostname", name, "--without-gossip",
-        "--without-mingle",
-    ])
-    return EXIT_OK
-
-
-def _ping_worker(app, name: str) -> int:
-    """Exit 0 when the worker called ``name`` answers a ping through the broker within 5 s:
-    the health check of a worker (it is alive and still connected), in docker-compose.yml."""
-    from celery.utils.nodenames import host_format
-
-    node = host_format(name)  # %h -> this host's name, as the worker expanded it
-    try:
-        replies = app.control.ping(destination=[node], timeout=5.0)
-    except Exception as exc:  # noqa: BLE001 - the broker is away: not healthy, and say why
-        print(f"mutagrade worker: {node}: no answer ({exc.__class__.__name__}: {exc})", file=sys.stderr)
-        return EXIT_NOT_PASSED
-    if not any(node in reply for reply in replies):
-        print(f"mutagrade worker: {node}: no answer within 5 s", file=sys.stderr)
-        return EXIT_NOT_PASSED
-    print(f"{node}: ok")
-    return EXIT_OK
-
-
 def _dev(value: float) -> str:
     return "raised/inf" if math.isinf(value) else f"max |d| {value:.2g}"
 
@@ -192,7 +157,7 @@ def _launch_early(args: argparse.Namespace, layout: Layout):
     """Start the grading's workers now, before the heavy imports and the policy check, or
     None when that cannot be done here (the grading then says why, in its own words)."""
     from grader.run.launch import launch_grading
-    from grader.sandbox import SandboxError
+    from grader.sandbox.base import SandboxError
 
     tests = Path(args.tests_dir)
     if not tests.is_dir():
@@ -265,141 +230,22 @@ def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK
 
 
-def _local_sandbox():
-    """For a student's own code on their own machine: every layer there is, or none at all
-    (a laptop has no sandbox users; the grading server always has them)."""
-    from grader.sandbox import SandboxMode, sandbox_status
-
-    return SandboxMode.NONE if sandbox_status().missing(SandboxMode.AUTO) else SandboxMode.AUTO
-
-
-def _student_repo(args: argparse.Namespace):
-    from grader.flows.tdd import StudentRepo
-
-    root = Path(args.repo)
-    if not root.is_dir():
-        raise UsageError(f"{root}: expected the root folder of your repository")
-    return StudentRepo(root=root, impl=Path(args.impl), tests=Path(args.tests))
-
-
-def _cmd_tdd(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.core.journal import Phase
-    from grader.run.runner import RunLimits
-    from grader.flows.tdd import Refused, record, status
-
-    repo = _student_repo(args)
-    if args.phase == "status":
-        print(status(repo))
-        return EXIT_OK
-    phase = Phase(args.phase)
-    try:
-        entry = record(repo, phase, layout=layout, limits=RunLimits(sandbox=_local_sandbox()))
-    except Refused as exc:
-        print(f"mutagrade tdd {phase.value}: refused: {exc}", file=sys.stderr)
-        return EXIT_NOT_PASSED
-    if phase is Phase.RED:
-        print(f"red recorded (entry {entry.seq}): new failing test(s): {', '.join(entry.introduced)}")
-        print("Next: make them pass by changing the implementation, then run `mutagrade tdd green`.")
-    else:
-        print(f"green recorded (entry {entry.seq}): all {len(entry.outcomes)} tests pass.")
-        print("Next: write ONE new test, then run `mutagrade tdd red`.")
-    return EXIT_OK
-
-
 def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
     from grader.flows.check import check_repo
     from grader.flows.grade_command import render_report
 
     assignment = _assignment(args, layout)
-    report = check_repo(_student_repo(args), layout=layout, assignment=assignment, sandbox=_local_sandbox())
+    report = check_repo(student_repo(args), layout=layout, assignment=assignment, sandbox=local_sandbox())
     print(render_report(report, args.format, assignment))
     if report.input_refused:  # a policy violation, or more tests than the grader takes
         return EXIT_BAD_INPUT
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
 
 
-def _cmd_serve(args: argparse.Namespace, layout: Layout) -> int:
-    import uvicorn
-
-    from api.config import get_settings
-    from api.main import create_app
-
-    settings = get_settings(root=args.root, workers=args.workers)
-    app = create_app(settings)
-    print(f"mutagrade serving on http://{args.host}:{args.port} (database {settings.database_url}, "
-          f"{settings.queue} queue, {settings.workers} grading worker(s))", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return EXIT_OK
-
-
-def _admin_session(args: argparse.Namespace):
-    from api.config import get_settings
-    from api.db import make_engine, make_sessionmaker
-    from api.migrate import upgrade
-
-    settings = get_settings(root=args.root)
-    upgrade(settings.database_url)
-    return make_sessionmaker(make_engine(settings.database_url))()
-
-
-def _cmd_admin(args: argparse.Namespace, layout: Layout) -> int:
-    from api import crud
-    from api.db import Submission, User
-
-    with _admin_session(args) as session:
-        if args.verb == "token-create":
-            existed = session.query(User).filter_by(name=args.user).one_or_none() is not None
-            try:
-                user, token = crud.create_user(session, name=args.user, role=args.role, replace=args.replace)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-            print(token)
-            replaced = "; it replaced the old one, which no longer works" if existed else ""
-            print(f"token for {user.name} ({user.role}){replaced}; it is shown only once", file=sys.stderr)
-        elif args.verb == "token-revoke":
-            try:
-                had = crud.revoke_token(session, name=args.user)
-            except LookupError as exc:
-                raise UsageError(str(exc)) from None
-            print(f"revoked the token of {args.user}" if had else f"the token of {args.user} was revoked already")
-        elif args.verb == "token-list":
-            for user in crud.list_users(session):
-                revoked = "\trevoked" if user.token_hash is None else ""
-                print(f"{user.name}\t{user.role}\t{crud.as_utc(user.created_at)}{revoked}")
-        elif args.verb == "regrade":
-            ids = args.ids
-            if args.failed:
-                ids += [s.id for s in crud.list_submissions(session, status="error", limit=100000)]
-            if not ids:
-                raise UsageError("regrade: expected submission ids or --failed")
-            for submission_id in ids:
-                submission = session.get(Submission, submission_id)
-                if submission is None:
-                    raise UsageError(f"submission {submission_id}: no such submission")
-                crud.regrade(session, submission=submission)
-            print(f"queued {len(ids)} submission(s) for regrading; a running server picks them up")
-    return EXIT_OK
-
-
-def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
-    from api.client import ClientError, submit
-
-    token = args.token or os.environ.get("MUTAGRADE_TOKEN")
-    if not token:
-        raise UsageError("a token is needed: --token TOKEN or MUTAGRADE_TOKEN")
-    repo = Path(args.repo)
-    if not repo.is_dir():
-        raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
-    try:
-        return submit(repo, server=args.server, token=token, fmt=args.format, timeout=args.timeout)
-    except ClientError as exc:
-        print(f"mutagrade submit: {exc}", file=sys.stderr)
-        return exc.code
-
-
 def _cmd_doctor(args: argparse.Namespace, layout: Layout) -> int:
     from grader.flows.golden import device_in_use, torch_available
-    from grader.sandbox import SandboxMode, sandbox_status
+    from grader.sandbox.base import SandboxMode
+    from grader.sandbox.status import sandbox_status
 
     status = sandbox_status(fresh=True, describe=True)
     print(status.render())
@@ -428,9 +274,14 @@ def _root_parser(kind: type[argparse.ArgumentParser] = argparse.ArgumentParser):
     return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(more: MoreCommands | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``more`` adds commands (the service's) after ``check``, where
+    the list has always had them."""
     parser, commands = _root_parser()
     _add_grade(commands)
+    _add_grading_commands(commands)
+    if more is not None:
+        more(commands)
     _add_other_commands(commands)
     return parser
 
@@ -453,7 +304,7 @@ def _add_grade(commands: argparse._SubParsersAction) -> None:
     grade.set_defaults(run=_cmd_grade)
 
 
-def _add_other_commands(commands: argparse._SubParsersAction) -> None:
+def _add_grading_commands(commands: argparse._SubParsersAction) -> None:
     batch = commands.add_parser("grade-batch", help="grade every student's submission into a CSV gradebook")
     batch.add_argument("submissions_dir", help="one folder or archive (.zip, .tar.gz) per student")
     batch.add_argument("--output", required=True, help="the CSV gradebook to write")
@@ -465,12 +316,7 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     batch.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     batch.set_defaults(run=_cmd_grade_batch)
 
-    tdd = commands.add_parser("tdd", help="keep the red-then-green journal (students)")
-    tdd.add_argument("phase", choices=("red", "green", "status"))
-    tdd.add_argument("--repo", default=".", help="your repository's root (default: here)")
-    tdd.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
-    tdd.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
-    tdd.set_defaults(run=_cmd_tdd)
+    add_tdd_command(commands, help="keep the red-then-green journal (students)", run=run_tdd)
 
     check = commands.add_parser("check", help="your implementation, your journal and your tests' grade, at once")
     check.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
@@ -480,48 +326,8 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
     check.set_defaults(run=_cmd_check)
 
-    serve = commands.add_parser("serve", help="run the grading service (API, pages, in-process workers)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=None, help="grading threads (default: MUTAGRADE_WORKERS or 1)")
-    serve.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    serve.set_defaults(run=_cmd_serve)
 
-    admin = commands.add_parser("admin", help="staff: tokens and regrades (database from MUTAGRADE_DATABASE_URL)")
-    admin_verbs = admin.add_subparsers(dest="admin_verb", required=True, metavar="VERB")
-    token = admin_verbs.add_parser("token", help="create, revoke or list tokens").add_subparsers(
-        dest="token_verb", required=True)
-    create = token.add_parser("create", help="create a user's token (printed once)")
-    create.add_argument("--user", required=True)
-    create.add_argument("--role", required=True, choices=("student", "staff"))
-    create.add_argument("--replace", action="store_true", help="an existing user: a new token and role (the old token ends)")
-    create.set_defaults(run=_cmd_admin, verb="token-create")
-    revoke = token.add_parser("revoke", help="end a user's token at once")
-    revoke.add_argument("user")
-    revoke.set_defaults(run=_cmd_admin, verb="token-revoke")
-    token.add_parser("list", help="every user and role").set_defaults(run=_cmd_admin, verb="token-list")
-    regrade = admin_verbs.add_parser("regrade", help="queue submissions for grading again")
-    regrade.add_argument("ids", nargs="*", type=int)
-    regrade.add_argument("--failed", action="store_true", help="every submission that ended in error")
-    regrade.set_defaults(run=_cmd_admin, verb="regrade")
-
-    submit = commands.add_parser("submit", help="students: upload your tests and journal, wait, print the report")
-    submit.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
-    submit.add_argument("--server", required=True, help="e.g. http://127.0.0.1:8000")
-    submit.add_argument("--token", help="your token (default: MUTAGRADE_TOKEN)")
-    submit.add_argument("--format", choices=FORMATS, default="text")
-    submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the grade")
-    submit.set_defaults(run=_cmd_submit)
-
-    worker = commands.add_parser("worker", help="a Celery worker: grading (cpu) or torch comparisons (gpu)")
-    worker.add_argument("--queues", required=True, choices=("cpu", "gpu", "cpu,gpu"))
-    worker.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
-    worker.add_argument("--hostname", help="the worker's node name (default: QUEUES@host)")
-    worker.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    worker.add_argument("--ping", action="store_true",
-                        help="do not start one: exit 0 if the worker of this name answers (a health check)")
-    worker.set_defaults(run=_cmd_worker)
-
+def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     doctor = commands.add_parser("doctor", help="which sandbox layers (and which torch device) this machine has")
     doctor.set_defaults(run=_cmd_doctor)
 
@@ -561,12 +367,12 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     golden.set_defaults(run=_cmd_golden)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (also used by ``python -m grader``)."""
+def main(argv: Sequence[str] | None = None, *, more: MoreCommands | None = None) -> int:
+    """Run the command line, with ``more`` commands (see :func:`build_parser`); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     launched = _launch_before_parsing(argv)
     try:
-        return _run(argv, launched)
+        return _run(argv, launched, more)
     finally:
         if launched is not None:
             launched.close()  # once the report is out: the workers went down meanwhile
@@ -576,8 +382,8 @@ def _layout(args: argparse.Namespace) -> Layout:
     return Layout(args.root.resolve()) if args.root else default_layout()
 
 
-def _run(argv: list[str], launched) -> int:
-    args = build_parser().parse_args(argv)
+def _run(argv: list[str], launched, more: MoreCommands | None) -> int:
+    args = build_parser(more).parse_args(argv)
     args.launched = launched
     if args.run is not _cmd_grade:
         gc.enable()  # a long command (serve, worker, grade-batch) collects as usual
@@ -590,7 +396,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from grader.core.assignment import AssignmentError
     from grader.flows.grading import GradingInputError
     from grader.core.journal import JournalFormatError
-    from grader.sandbox import SandboxError
+    from grader.sandbox.base import SandboxError
     from grader.core.variants import ManifestError
 
     return (UsageError, ManifestError, GradingInputError, AssignmentError, JournalFormatError, SandboxError)
@@ -612,13 +418,13 @@ def start_process() -> None:
     gc.disable()
 
 
-def run() -> NoReturn:
-    """The ``mutagrade`` command: :func:`main`, then the process ends as soon as its output is
+def run(more: MoreCommands | None = None) -> NoReturn:
+    """The command: :func:`main` (with ``more`` commands), then the process ends as soon as its output is
     out. Tearing the interpreter down (pydantic, numpy, every module's objects) costs tens of
     milliseconds a user would wait for; nothing is left to clean up by then (temporary
     folders and workers are closed by the commands themselves)."""
     start_process()
-    code = main()
+    code = main(more=more)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

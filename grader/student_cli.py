@@ -15,13 +15,19 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from grader import __version__
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
 from grader.core.paths import Layout, default_layout
 
-__all__ = ["build_parser", "course_layout", "main", "run"]
+if TYPE_CHECKING:
+    from grader.run.runner import RunLimits
+
+__all__ = [
+    "UsageError", "add_tdd_command", "build_parser", "course_layout", "local_sandbox", "main", "run", "run_tdd",
+    "student_repo",
+]
 
 COURSE = Path(__file__).resolve().parent / "course"  # the course tests and goldens, as installed
 
@@ -31,19 +37,32 @@ class UsageError(Exception):
 
 
 def course_layout() -> Layout:
-    """Where the course tests (``reference/tests``) and goldens (``fixtures``) are: in the
-    installed student package, or in the checkout this module runs from."""
+    """Where the course tests (``reference/tests``), goldens (``fixtures``) and assignment
+    (``mutants/assignment.toml``, for its limits) are: in the installed student package, or in
+    the checkout this module runs from."""
     return Layout(COURSE) if (COURSE / "reference" / "tests").is_dir() else default_layout()
 
 
-def _local_sandbox():
-    """A student's own code on their own machine: every sandbox layer there is, or none."""
-    from grader.sandbox import SandboxMode, sandbox_status
+def local_sandbox():
+    """For a student's own code on their own machine: every layer there is, or none at all
+    (a laptop has no sandbox users; the grading server always has them)."""
+    from grader.sandbox.base import SandboxMode
+    from grader.sandbox.status import sandbox_status
 
     return SandboxMode.NONE if sandbox_status().missing(SandboxMode.AUTO) else SandboxMode.AUTO
 
 
-def _student_repo(args: argparse.Namespace):
+def _course_limits(layout: Layout) -> RunLimits:
+    """The course assignment's limits (the same the journal's replay at grading runs under), in
+    the sandbox this machine has."""
+    from grader.core.assignment import load_assignment
+    from grader.run.runner import RunLimits
+
+    return RunLimits.of(load_assignment(layout.assignment), sandbox=local_sandbox())
+
+
+def student_repo(args: argparse.Namespace):
+    """The student's repository named by ``--repo``/``repo``, ``--impl`` and ``--tests``."""
     from grader.flows.tdd import StudentRepo
 
     root = Path(args.repo)
@@ -53,18 +72,19 @@ def _student_repo(args: argparse.Namespace):
 
 
 # ---------------------------------------------------------------------- commands
-def _cmd_tdd(args: argparse.Namespace) -> int:
+def run_tdd(args: argparse.Namespace, layout: Layout) -> int:
+    """``tdd red|green|status`` against the course tests of ``layout`` (the staff command's
+    ``--root``, or the course this package installed)."""
     from grader.core.journal import Phase
-    from grader.run.runner import RunLimits
     from grader.flows.tdd import Refused, record, status
 
-    repo = _student_repo(args)
+    repo = student_repo(args)
     if args.phase == "status":
         print(status(repo))
         return EXIT_OK
     phase = Phase(args.phase)
     try:
-        entry = record(repo, phase, layout=course_layout(), limits=RunLimits(sandbox=_local_sandbox()))
+        entry = record(repo, phase, layout=layout, limits=_course_limits(layout))
     except Refused as exc:
         print(f"mutagrade tdd {phase.value}: refused: {exc}", file=sys.stderr)
         return EXIT_NOT_PASSED
@@ -77,13 +97,17 @@ def _cmd_tdd(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tdd(args: argparse.Namespace) -> int:
+    return run_tdd(args, course_layout())
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
-    from grader.run.runner import RunLimits
     from grader.flows.student_check import local_check, mutation_source, render_local_check, tests_to_submit
 
-    repo = _student_repo(args)
+    repo = student_repo(args)
     source = mutation_source(args.server, args.token)
-    found = local_check(repo, layout=course_layout(), limits=RunLimits(sandbox=_local_sandbox()))
+    layout = course_layout()
+    found = local_check(repo, layout=layout, limits=_course_limits(layout))
     print(render_local_check(found), flush=True)
     if not found.policy.ok:  # the server would refuse the suite as it is
         print("Mutation grade: not submitted: fix the policy violations above first")
@@ -125,15 +149,24 @@ def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float) ->
 
 
 # ------------------------------------------------------------------------ parser
+def _repo_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
+    command.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
+
+
+def add_tdd_command(commands: argparse._SubParsersAction, *, help: str, run: Callable[..., int]) -> None:
+    """The ``tdd`` command, as this package's command and the staff command both have it."""
+    tdd = commands.add_parser("tdd", help=help)
+    tdd.add_argument("phase", choices=("red", "green", "status"))
+    tdd.add_argument("--repo", default=".", help="your repository's root (default: here)")
+    _repo_options(tdd)
+    tdd.set_defaults(run=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mutagrade", description="Test first, then check and submit (students).")
     parser.add_argument("--version", action="version", version=f"mutagrade {__version__} (student)")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    def repo_options(command: argparse.ArgumentParser) -> None:
-        command.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
-        command.add_argument("--tests", default="python/tests/l3-3-gru",
-                             help="your tests (default: python/tests/l3-3-gru)")
 
     def server_options(command: argparse.ArgumentParser) -> None:
         command.add_argument("--server", help="the course's server, e.g. https://grader.example.edu "
@@ -141,16 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--token", help="your token (default: MUTAGRADE_TOKEN)")
         command.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the grade")
 
-    tdd = commands.add_parser("tdd", help="keep the red-then-green journal")
-    tdd.add_argument("phase", choices=("red", "green", "status"))
-    tdd.add_argument("--repo", default=".", help="your repository's root (default: here)")
-    repo_options(tdd)
-    tdd.set_defaults(run=_cmd_tdd)
+    add_tdd_command(commands, help="keep the red-then-green journal", run=_cmd_tdd)
 
     check = commands.add_parser(
         "check", help="the course tests on your implementation and your journal; with a server, the mutation grade")
     check.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
-    repo_options(check)
+    _repo_options(check)
     server_options(check)
     check.set_defaults(run=_cmd_check)
 
@@ -171,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _input_errors() -> tuple[type[Exception], ...]:
     from grader.core.errors import GradingInputError
     from grader.core.journal import JournalFormatError
-    from grader.sandbox import SandboxError
+    from grader.sandbox.base import SandboxError
 
     return (UsageError, GradingInputError, JournalFormatError, SandboxError)
 

@@ -31,7 +31,7 @@ have_libseccomp() {
 
 doctor() {
     if [ -n "$PYTHON" ] && [ -x "$PYTHON" ]; then
-        "$PYTHON" -c 'from grader.sandbox import doctor_lines; print("\n".join(doctor_lines()))'
+        "$PYTHON" -c 'from grader.sandbox.status import doctor_lines; print("\n".join(doctor_lines()))'
     fi
 }
 

@@ -262,7 +262,7 @@ def _spawn(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Pop
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as handle:
         return subprocess.Popen(
-            [sys.executable, "-m", "grader.cli", *args], env=dict(env), stdout=handle, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "api.cli", *args], env=dict(env), stdout=handle, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 

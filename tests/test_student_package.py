@@ -44,9 +44,9 @@ STAFF_COMMANDS = (
 # Modules a shipped one imports that the student package leaves out on purpose.
 NOT_SHIPPED = {
     ("grader.flows.check", "grader.flows.grading"): "in check_repo only: the staff check, which grades by the mutants",
-    ("grader.flows.check", "grader.core.assignment"): "a type hint only",
-    ("grader.report.gradescope", "grader.core.assignment"): "a type hint only",
 }
+# Right, but seconds of work: past a 1 s test limit, well within the shipped 10 s.
+SLOW = "def test_slow_but_right():\n    n = 0\n    for _ in range(2 * 10**8):\n        n += 1\n"
 MIN_LINE = 25  # shorter lines (`return out`, `import numpy as np`) say nothing of the answer key
 NEW_RED = '''from tinyllm.rnn.gru import GRU
 
@@ -225,12 +225,15 @@ def test_make_builds_the_wheel_with_the_student_modules_and_no_answer_key(wheel)
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("grader/flows/tdd.py", "grader/core/journal.py", "grader/flows/check.py", "grader/student_cli.py",
                    "grader/worker/serve.py", "api/client.py", "grader/course/reference/tests/conftest.py",
-                   "grader/course/reference/tests/test_gru_golden.py", "grader/course/fixtures/gru_torch.npz"):
+                   "grader/course/reference/tests/test_gru_golden.py", "grader/course/fixtures/gru_torch.npz",
+                   "grader/core/assignment.py", "grader/course/mutants/assignment.toml"):
         assert needed in names, f"{needed} is missing from the wheel"
     for staff in ("grader/cli.py", "grader/core/variants.py", "grader/flows/grading.py", "grader/flows/calibration.py",
                   "grader/flows/automutants.py", "grader/flows/bundle.py", "api/main.py", "api/crud.py"):
         assert staff not in names, f"{staff} is a staff module, but the student wheel holds it"
-    assert not [n for n in names if n.startswith(("tinyllm/", "mutants/")) or "/mutants/" in n or n.endswith(".patch")]
+    # Of the mutants folder, the assignment alone (its threshold and limits): no patch, no manifest.
+    assert [n for n in names if "mutants/" in n or n.startswith("tinyllm/") or n.endswith(".patch")] == [
+        "grader/course/mutants/assignment.toml"]
 
 
 def _imported(source: str, module: str, is_package: bool) -> set[str]:
@@ -355,6 +358,34 @@ def test_check_without_a_server_checks_locally_and_says_how_to_get_the_grade(ins
     assert no_tests.returncode == 2 and "python/tests/l3-3-gru: no such folder of tests" in no_tests.stderr, no_tests.stderr
 
 
+def test_tdd_and_check_run_each_test_under_the_courses_assignment_limit(installed):
+    """The installed course's assignment gives each test its limit, as grading's replay does: a
+    test past it is a time-out for ``tdd`` and for ``check``'s replay alike."""
+    assignment = installed.site / "grader" / "course" / "mutants" / "assignment.toml"
+    shipped = assignment.read_text(encoding="utf-8")
+    assert "test_timeout_s = 10.0" in shipped
+    tight = shipped.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0")
+    repo = installed.student_repo("limits")
+    (repo / "python/tests/l3-3-gru/test_slow.py").write_text(SLOW)
+    try:
+        assignment.write_text(tight, encoding="utf-8")
+        red = installed.run("mutagrade", "tdd", "red", cwd=repo)  # a time-out is a failure
+        assert red.returncode == 0 and "test_slow.py::test_slow_but_right" in red.stdout, red.stdout + red.stderr
+        green = installed.run("mutagrade", "tdd", "green", cwd=repo)
+        assert green.returncode == 1, green.stdout + green.stderr
+        assert "test_slow.py::test_slow_but_right (timeout)" in green.stderr, green.stderr
+
+        assignment.write_text(shipped, encoding="utf-8")  # 10 s: the green is recorded
+        green = installed.run("mutagrade", "tdd", "green", cwd=repo)
+        assert green.returncode == 0, green.stdout + green.stderr
+        assignment.write_text(tight, encoding="utf-8")
+        done = installed.run("mutagrade", "check", cwd=repo)
+    finally:
+        assignment.write_text(shipped, encoding="utf-8")
+    assert done.returncode == 1 and "Journal: NOT VERIFIED" in done.stdout, done.stdout + done.stderr
+    assert "test_slow.py::test_slow_but_right: timeout when its green snapshot was replayed" in done.stdout, done.stdout
+
+
 def test_submit_names_a_server_it_cannot_reach(installed):
     repo = installed.student_repo("submit")
     unreachable = installed.run("mutagrade", "submit", "--server", f"http://127.0.0.1:{free_port()}", cwd=repo,
@@ -374,7 +405,7 @@ def test_check_with_torch_and_a_server_compares_with_torch_and_submits(installed
     api.start()
     try:
         created = subprocess.run(
-            [sys.executable, "-m", "grader.cli", "admin", "token", "create", "--user", "alice", "--role", "student"],
+            [sys.executable, "-m", "api.cli", "admin", "token", "create", "--user", "alice", "--role", "student"],
             env=env, capture_output=True, text=True, timeout=120,
         )
         assert created.returncode == 0, created.stderr

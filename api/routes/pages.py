@@ -28,8 +28,9 @@ from starlette.exceptions import HTTPException as FormError
 from api import crud
 from api.csrf import FIELD, foreign_origin, form_token, token_matches
 from api.db import User
-from api.deps import TOKEN_COOKIE, RowId, SessionDep
+from api.deps import TOKEN_COOKIE, RowId, SessionDep, request_token
 from api.routes.submissions import accept_upload, start_regrade
+from api.states import IN_FLIGHT, Role
 from api.views import owned_submission, public, shown_time
 from grader.report._common import mutant_name
 
@@ -63,7 +64,7 @@ def _page(
     request: Request, name: str, context: dict, status_code: int = status.HTTP_200_OK,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    token = request.cookies.get(TOKEN_COOKIE)
+    token = request_token(request)
     context = {"csrf": form_token(token) if token and context.get("user") else None, **context}
     return templates.TemplateResponse(
         request, name, context, status_code=status_code, headers={**(headers or {}), **PAGE_HEADERS}
@@ -72,7 +73,7 @@ def _page(
 
 def page_user(request: Request, session: SessionDep) -> User | None:
     """The user signed in by the cookie, if any (a sync dependency: it runs in the thread pool)."""
-    token = request.cookies.get(TOKEN_COOKIE)
+    token = request_token(request)
     return crud.user_by_token(session, token=token) if token else None
 
 
@@ -101,7 +102,7 @@ def _from_elsewhere(request: Request, user: User | None) -> Response | None:
 
 def _token_refused(request: Request, user: User, sent: object) -> Response | None:
     """The refusal of a post whose form token is not the signed-in user's."""
-    if token_matches(request.cookies.get(TOKEN_COOKIE, ""), sent):
+    if token_matches(request_token(request) or "", sent):
         return None
     return _refused(request, user, "Refused",
                     "this form's token is missing or is not that of your sign-in (a page from before "
@@ -143,7 +144,7 @@ def _submissions(
     request: Request, session: Session, user: User, *, error: str | None = None,
     status_code: int = status.HTTP_200_OK, headers: Mapping[str, str] | None = None,
 ) -> Response:
-    rows = crud.list_submissions(session, user=None if user.role == "staff" else user, limit=500)
+    rows = crud.list_submissions(session, user=None if user.role == Role.STAFF else user, limit=500)
     views = [public(request, s, user, with_report=False) for s in rows]
     return _page(request, "submissions.html", {"user": user, "rows": views, "error": error}, status_code, headers)
 
@@ -187,7 +188,7 @@ def submission_page(request: Request, session: Session, user: User | None, submi
     view = public(request, owned_submission(session, submission_id, user), user, with_report=True)
     report = view.report
     mutants = {m.id: m for m in report.mutants} if report else {}
-    pending = view.status in ("queued", "running")
+    pending = view.status in IN_FLIGHT
     return _page(request, "submission.html", {
         "user": user, "s": view, "report": report, "mutants": mutants,
         "refresh_s": PENDING_REFRESH_S if pending else None,
@@ -210,7 +211,7 @@ def regrade(
     refusal = _from_elsewhere(request, user) or _token_refused(request, user, csrf)
     if refusal is not None:
         return refusal
-    if user.role != "staff":
+    if user.role != Role.STAFF:
         return _refused(request, user, "Staff only", "regrading is for course staff only")
     start_regrade(request, session, user, submission_id)
     return RedirectResponse(f"/submissions/{submission_id}", status_code=status.HTTP_303_SEE_OTHER)
@@ -220,6 +221,6 @@ def regrade(
 def gradebook_page(request: Request, session: SessionDep, user: PageUser) -> Response:
     if user is None:
         return _to_login()
-    if user.role != "staff":
+    if user.role != Role.STAFF:
         return _refused(request, user, "Staff only", "the gradebook is for course staff only")
     return _page(request, "gradebook.html", {"user": user, "rows": crud.gradebook_rows(session)})

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
-from sqlalchemy import text
 
+from api import crud
 from api.schemas import AssignmentPublic, Health, MutantPublic
+from grader.core.models import Audience
 from grader.core.scoring import shown_ids
 from grader.core.variants import VariantKind
 
@@ -17,7 +18,7 @@ def assignment(request: Request) -> AssignmentPublic:
     """The grading rules and the mutant table, hidden mutants hidden."""
     state = request.app.state
     variants = state.variants
-    names = shown_ids(variants, "student")
+    names = shown_ids(variants, Audience.STUDENT)
     mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
     return AssignmentPublic(
         name=state.assignment.name,
@@ -49,7 +50,7 @@ def readyz(request: Request, response: Response) -> Health:
     database, queue = "ok", "ok"
     try:
         with request.app.state.make_session() as session:
-            session.execute(text("SELECT 1"))
+            crud.ping(session)
     except Exception as exc:  # noqa: BLE001 - reported, not raised: this is the health check
         database = f"unavailable: {exc.__class__.__name__}"
     if not request.app.state.queue.healthy():

@@ -12,9 +12,10 @@ from starlette.concurrency import run_in_threadpool
 from api import crud
 from grader.core.archive import ArchiveError, check_archive
 from api.db import User
-from api.deps import ID_MAX, CurrentUser, RowId, SessionDep, StaffUser
-from api.jobs import archive_limits
-from api.schemas import SubmissionCreated, SubmissionPublic
+from api.config import archive_limits
+from api.deps import CurrentUser, RowId, SessionDep, StaffUser
+from api.schemas import ID_MAX, SubmissionCreated, SubmissionPublic
+from api.states import JobStatus, Role
 from api.views import done_report, links, owned_submission, public
 from grader.report import render
 from grader.report.gradescope import gradescope_options, render_gradescope
@@ -41,6 +42,8 @@ async def _read_capped(upload: UploadFile, limit: int) -> bytes:
 def _refused(archive: UploadFile, exc: ArchiveError) -> HTTPException:
     return HTTPException(exc.status, f"archive {archive.filename!r}: {exc}")
 
+
+_ANY_STATUS = f"^({'|'.join(JobStatus)})$"  # a filter by status: one of the states, as a pattern
 
 # A grading takes seconds to a minute: asking again this often costs the service nothing.
 _IN_FLIGHT_RETRY_S = 10
@@ -131,12 +134,12 @@ def list_submissions(
     student: Annotated[
         str | None, Query(max_length=100, pattern="^[^\\x00]*$", description="staff: only this student's")
     ] = None,
-    status_: Annotated[str | None, Query(alias="status", pattern="^(queued|running|done|error)$")] = None,
+    status_: Annotated[str | None, Query(alias="status", pattern=_ANY_STATUS)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
 ) -> list[SubmissionPublic]:
     """A student's own submissions; staff see everyone's, with filters."""
-    own = None if user.role == "staff" else user
+    own = None if user.role == Role.STAFF else user
     rows = crud.list_submissions(
         session, user=own, student=student if own is None else None, status=status_, limit=limit, offset=offset
     )

@@ -7,7 +7,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.run.runner import RunLimits
 from grader.core.tomlfile import field_problems, read_toml
 
 __all__ = ["Assignment", "AssignmentError", "Limits", "load_assignment"]
@@ -18,6 +17,17 @@ class AssignmentError(ValueError):
 
 
 class Limits(BaseModel):
+    """The limits every run of every command works under: the assignment's ``[limits]``.
+
+    ``mutagrade tdd``, ``check``, ``calibrate``, grading and the journal's replay all run under
+    these (:class:`grader.run.runner.RunLimits` adds only how runs are made), so a test that
+    times out in one times out in all. A test's limit is ``test_timeout_s`` on the reference;
+    away from it, ``max(timeout_floor_s, timeout_factor × its time on the reference)``, at most
+    ``test_timeout_s``; after a time-out, later tests of that run get at most the floor. The
+    budgets bound one grading: CPU seconds of every run together, seconds of wall clock from
+    the first run sent, and the memory every run's processes hold together (None: no bound).
+    """
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     test_timeout_s: float = Field(default=10.0, gt=0)
@@ -28,6 +38,20 @@ class Limits(BaseModel):
     budget_cpu_s: float | None = Field(default=300.0, gt=0)
     budget_wall_s: float | None = Field(default=120.0, gt=0)
     budget_memory_mb: int | None = Field(default=2048, ge=256)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Each process's address space, in bytes."""
+        return self.memory_mb * 1024 * 1024
+
+    @property
+    def budget_memory_bytes(self) -> int | None:
+        return None if self.budget_memory_mb is None else self.budget_memory_mb * 1024 * 1024
+
+    @property
+    def floor_s(self) -> float:
+        """The floor as applied: never above the test limit itself."""
+        return min(self.timeout_floor_s, self.test_timeout_s)
 
 
 class Assignment(BaseModel):
@@ -46,21 +70,6 @@ class Assignment(BaseModel):
     gradescope_not_passed_share: float = Field(default=0.5, ge=0.0, lt=1.0)
     gradescope_hidden_hints: Literal["never", "after_due_date", "after_published"] = "never"
     limits: Limits = Limits()
-
-    def run_limits(self, jobs: int | None = None) -> RunLimits:
-        """The runner's limits for this assignment (``jobs`` children at a time, default: cores)."""
-        extra = {"jobs": jobs} if jobs else {}
-        return RunLimits(
-            run_timeout=self.limits.run_timeout_s,
-            test_timeout=self.limits.test_timeout_s,
-            memory_bytes=self.limits.memory_mb * 1024 * 1024,
-            timeout_factor=self.limits.timeout_factor,
-            timeout_floor=min(self.limits.timeout_floor_s, self.limits.test_timeout_s),
-            cpu_budget=self.limits.budget_cpu_s,
-            wall_budget=self.limits.budget_wall_s,
-            memory_budget=None if self.limits.budget_memory_mb is None else self.limits.budget_memory_mb * 1024 * 1024,
-            **extra,
-        )
 
 
 def load_assignment(path: Path) -> Assignment:

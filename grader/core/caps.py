@@ -16,14 +16,14 @@ error in every file would otherwise give reports of tens of megabytes. So:
 
 The worker caps each message it reports at 2,000 characters itself (``grader.worker.child``),
 and what one run may report at 4 MiB (``grader.worker.watch``); the uploads' own limits are
-``grader.core.archive.ArchiveLimits`` and ``grader.sandbox.SandboxLimits``.
+``grader.core.archive.ArchiveLimits`` and ``grader.sandbox.base.SandboxLimits``.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, TypeVar
 
-from grader.core.models import JournalSummary, Report
+from grader.core.models import JournalSummary, Mention, Report
 
 __all__ = [
     "ELLIPSIS",
@@ -156,13 +156,18 @@ def _size(report: Report) -> int:
 
 
 def _texts_cut(report: Report, limit: int) -> Report:
-    """Every free text of ``report`` cut to ``limit`` characters."""
+    """Every free text of ``report`` cut to ``limit`` characters (a Mention's words each, its
+    names whole: the student's view renames them)."""
     def cut(values: list[str]) -> list[str]:
         return [cap_text(v, limit) for v in values]
 
+    def cut_lines(lines: list[str | Mention]) -> list[str | Mention]:
+        return [Mention.of([cap_text(w, limit) for w in line.words()], line.variants)
+                if isinstance(line, Mention) else cap_text(line, limit) for line in lines]
+
     return report.model_copy(update={
         "submission": cap_text(report.submission, limit),
-        "reasons": cut(report.reasons),
+        "reasons": cut_lines(report.reasons),
         "refused": cap_text(report.refused, limit),
         "tests": [t.model_copy(update={"reason": cap_text(t.reason, limit)}) for t in report.tests],
         "mutants": [m.model_copy(update={"title": cap_text(m.title, limit), "hint": cap_text(m.hint, limit)})
@@ -172,7 +177,7 @@ def _texts_cut(report: Report, limit: int) -> Report:
             "problems": cut(report.journal.problems),
             "history": {k: cap_text(v, limit) for k, v in report.journal.history.items()},
         }),
-        "problems": cut(report.problems),
+        "problems": cut_lines(report.problems),
     })
 
 

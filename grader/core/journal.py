@@ -348,7 +348,7 @@ def verify_journal(
     tests_dir: Path,
     *,
     layout: Layout,
-    limits: RunLimits | None = None,
+    limits: RunLimits,
     replay: bool = True,
 ) -> JournalSummary:
     """Verify a journal against the submitted tests.
@@ -357,7 +357,7 @@ def verify_journal(
         journal_path: ``.tdd/journal.jsonl`` (its blobs are in ``blobs/`` beside it).
         tests_dir: the submitted test files.
         layout: the checkout (for the worker).
-        limits: the worker's limits.
+        limits: the worker's limits: the assignment's, as grading has them.
         replay: re-run every snapshot (only skipped by tools that check the file alone).
 
     Returns:
@@ -370,7 +370,7 @@ def verify_journal(
     problems = chain_problems(journal) + blob_problems(journal) + submission_problems(journal, tests_dir)
     started = time.monotonic()
     if replay and journal.entries and not blob_problems(journal):
-        problems += replay_problems(journal, layout, limits or RunLimits())
+        problems += replay_problems(journal, layout, limits)
     return JournalSummary(
         checked=True,
         ok=not problems,

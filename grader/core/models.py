@@ -6,9 +6,11 @@ reporter, so they are plain pydantic models that serialise to JSON and back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from string import Formatter
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grader.core.protocol import WorkerSandbox
 
@@ -18,6 +20,7 @@ __all__ = [
     "CourseTestResult",
     "ImplementationCheck",
     "JournalSummary",
+    "Mention",
     "MutantVerdict",
     "Outcome",
     "PolicySummary",
@@ -125,6 +128,64 @@ class WorkerRun(BaseModel):
 
 # ----------------------------------------------------------------------- the report
 REPORT_SCHEMA = "mutagrade.report/1"
+
+
+class Mention(BaseModel):
+    """A line of a report that names variants, kept as data so that each audience reads the
+    names it may see (a student never reads a hidden mutant's id), and nothing else is renamed.
+
+    ``text`` holds ``{}`` where each of ``variants`` goes, in order, and its own braces doubled,
+    as :meth:`str.format` writes them; ``variants`` are the names the report's audience sees.
+    Build one with :meth:`of`, which does the doubling.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    variants: list[str] = []
+
+    @model_validator(mode="after")
+    def _one_field_per_variant(self) -> Mention:
+        try:
+            fields = [(name, spec, conversion) for _, name, spec, conversion in Formatter().parse(self.text)
+                      if name is not None]
+        except ValueError as error:
+            raise ValueError(f"text must be a template with {{}} fields, got {self.text!r}: {error}") from None
+        if any(field != ("", "", None) for field in fields):
+            raise ValueError(f"text's fields must all be a bare {{}}, got {self.text!r}")
+        if len(fields) != len(self.variants):
+            raise ValueError(
+                f"text must hold one {{}} for each of the {len(self.variants)} variant(s), got {len(fields)}"
+            )
+        return self
+
+    @classmethod
+    def of(cls, words: list[str], variants: list[str]) -> Mention:
+        """The line ``words[0]``, ``variants[0]``, ``words[1]``, ... ``words[-1]``.
+
+        Raises:
+            ValueError: unless there is one more word than variants.
+        """
+        if len(words) != len(variants) + 1:
+            raise ValueError(f"words must be one more than variants ({len(variants) + 1}), got {len(words)}")
+        return cls(text="{}".join(w.replace("{", "{{").replace("}", "}}") for w in words), variants=variants)
+
+    def words(self) -> list[str]:
+        """The text between the names, as :meth:`of` took it: one more than the variants."""
+        words = [""]
+        for literal, name, _, _ in Formatter().parse(self.text):
+            words[-1] += literal
+            if name is not None:
+                words.append("")
+        return words
+
+    def renamed(self, names: Mapping[str, str]) -> Mention:
+        """This line with each variant named as ``names`` names it (unlisted ones as they are)."""
+        return self.model_copy(update={"variants": [names.get(v, v) for v in self.variants]})
+
+    def __str__(self) -> str:
+        words = self.words()
+        return words[0] + "".join(name + word for name, word in zip(self.variants, words[1:]))
 
 
 class TestStatus(StrEnum):
@@ -249,7 +310,8 @@ class Report(BaseModel):
     submission: str
     audience: Audience = Audience.STUDENT
     passed: bool
-    reasons: list[str] = []  # why it did not pass, in words, first the most important
+    # Why it did not pass, in words, first the most important; a line naming variants is a Mention.
+    reasons: list[str | Mention] = []
     score: Score
     tests: list[TestVerdict]
     mutants: list[MutantVerdict]
@@ -257,7 +319,8 @@ class Report(BaseModel):
     journal: JournalSummary = JournalSummary()
     policy: PolicySummary = PolicySummary()
     implementation: ImplementationCheck = ImplementationCheck()
-    problems: list[str] = []  # collection errors, crashed runs: what went wrong while running
+    # Collection errors, crashed runs: what went wrong while running, each a Mention of its variant.
+    problems: list[str | Mention] = []
     timing: Timing = Timing()
     # Why the suite was refused as a whole after it was collected (more tests than the grader
     # takes): nothing else was run. Empty when it was graded.

@@ -60,21 +60,25 @@ class WorkerSandbox:
 
 @dataclass(frozen=True)
 class JobSettings:
-    """The first frame: where things are and the limits every run shares."""
+    """The first frame: where things are and the limits every run shares.
+
+    The limits have no defaults here: the grader derives them from the assignment's, in one
+    place (:func:`grader.run.runner.job_settings`), so the worker never runs under others.
+    """
 
     reference: str  # the folder holding the ``tinyllm`` package the variants are installed into
     tests: str  # the folder of test files
     hash_seed: int
-    jobs: int = 1  # children at a time
-    run_timeout: float = 120.0  # one whole run (wall clock)
-    test_timeout: float = 20.0  # one test, unless the run names its own limit
-    memory_bytes: int = 2 * 1024**3  # each process's address space
-    memory_share: int | None = None  # resident bytes of every run of this worker together
-    memory_bound: int = 0  # the grading's memory bound (memory_share is this worker's part of it)
+    jobs: int  # children at a time
+    run_timeout: float  # one whole run (wall clock)
+    test_timeout: float  # one test, unless the run names its own limit
+    collect_timeout: float  # collecting the test files (wall clock)
+    memory_bytes: int  # each process's address space
+    memory_share: int | None  # resident bytes of every run of this worker together (None: no bound)
+    memory_bound: int  # the grading's memory bound (memory_share is this worker's part of it; 0: none)
+    max_tests: int | None  # a run collecting more tests runs none of them (None: no bound)
     conftests: bool = False  # load the tests' conftest.py files (trusted tests only)
     isolate: bool = False  # the package is ours: each variant runs in its own implementation process
-    collect_timeout: float = 20.0  # collecting the test files (wall clock)
-    max_tests: int | None = None  # a run collecting more tests runs none of them (None: no bound)
     private_tmp: bool = False  # the temporary folder is the worker's own: emptied between jobs
     sandbox: WorkerSandbox = field(default_factory=WorkerSandbox)
 

@@ -15,6 +15,7 @@ from grader.core.caps import (
     MAX_LISTED,
     MAX_NAMED_TESTS,
     MAX_TEST_REASON_CHARS,
+    MAX_TEXT_CHARS,
     bound_journal,
     cap_lines,
     cap_text,
@@ -22,8 +23,10 @@ from grader.core.caps import (
     short_ids,
 )
 from grader.core.models import (
+    Audience,
     Budget,
     JournalSummary,
+    Mention,
     MutantVerdict,
     Outcome,
     PolicySummary,
@@ -44,13 +47,18 @@ HIDDEN_HINT = (
 )
 
 
-def shown_ids(variants: list[Variant], audience: str) -> dict[str, str]:
+def shown_ids(variants: list[Variant], audience: Audience) -> dict[str, str]:
     """Variant id -> the name shown in the report: hidden mutants become "hidden mutant N"
-    for students (numbered in manifest order); staff see every id."""
+    for students (numbered in manifest order); staff see every id.
+
+    Raises:
+        ValueError: if ``audience`` is not an :class:`Audience`'s value.
+    """
+    audience = Audience(audience)
     names: dict[str, str] = {}
     hidden = 0
     for variant in variants:
-        if audience == "student" and variant.kind is VariantKind.MUTANT and variant.spec.hidden:
+        if audience is Audience.STUDENT and variant.kind is VariantKind.MUTANT and variant.spec.hidden:
             hidden += 1
             names[variant.id] = f"hidden mutant {hidden}"
         else:
@@ -120,7 +128,7 @@ def score_suite(
     matrix: Matrix,
     variants: list[Variant],
     assignment: Assignment,
-    audience: str = "student",
+    audience: Audience = Audience.STUDENT,
     policy: PolicySummary | None = None,
     journal: JournalSummary | None = None,
     timing: Timing | None = None,
@@ -132,29 +140,37 @@ def score_suite(
         matrix: the runs of :func:`grader.run.scheduler.run_matrix`.
         variants: the variants the matrix was run on (the reference first).
         assignment: threshold and validity rules.
-        audience: ``"student"`` hides hidden mutants; ``"staff"`` shows them.
+        audience: a student's report hides hidden mutants; staff's shows them.
         policy: the policy check's result (checked and fine when omitted).
         journal: the journal's verification (not checked when omitted).
         timing: how long grading took.
 
     Returns:
         The report.
+
+    Raises:
+        ValueError: if ``audience`` is not an :class:`Audience`'s value.
     """
+    audience = Audience(audience)
     policy = policy or PolicySummary()
     journal = journal or JournalSummary()
     names = shown_ids(variants, audience)
     wheats = [v for v in variants if v.kind is VariantKind.WHEAT]
     mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
 
-    found: list[str] = []
+    # A problem is cut to MAX_TEXT_CHARS whoever reads it: its message leaves room for the
+    # longest name of any audience, so the student's view of it is cut where the student's is.
+    longest = max((len(n) for a in Audience for n in shown_ids(variants, a).values()), default=0)
+    room = max(MAX_TEXT_CHARS - longest - len(": "), 1)
+    found: list[Mention] = []
     for variant in variants:
         for run in (matrix.first.get(variant.id), matrix.second.get(variant.id)):
             if run is None:
                 continue
-            if run.crashed:
-                found.append(f"{names[variant.id]}: {run.crashed}")
-            found.extend(f"{names[variant.id]}: {error}" for error in run.collection_errors)
-    problems, problems_omitted = first((cap_text(p) for p in found), MAX_LISTED)
+            errors = [run.crashed] if run.crashed else []
+            found.extend(Mention.of(["", f": {cap_text(error, room)}"], [names[variant.id]])
+                         for error in [*errors, *run.collection_errors])
+    problems, problems_omitted = first(found, MAX_LISTED)
 
     test_ids = matrix.test_ids
     # The ids a report shows: the runs used whole ids, however long (grader.core.caps).
@@ -182,7 +198,7 @@ def score_suite(
 
     mutant_verdicts = []
     for mutant in mutants:
-        hidden = audience == "student" and mutant.spec.hidden
+        hidden = audience is Audience.STUDENT and mutant.spec.hidden
         killed = bool(kills[mutant.id])
         mutant_verdicts.append(
             MutantVerdict(
@@ -210,14 +226,18 @@ def score_suite(
         required_missing=required_missing,
     )
 
-    reasons: list[str] = []
+    reasons: list[str | Mention] = []
     if matrix.budget_stop is not None:
         stop = matrix.budget_stop
         test = shown.get(stop.test) or cap_text(stop.test, MAX_ID_CHARS)
-        where = f"in test {test} on variant {names.get(stop.variant, stop.variant)}" if stop.variant else "while runs were going"
         what = (f"grading wall-clock budget of {stop.budget:g} s ran out" if stop.kind is Budget.WALL
                 else f"grading budget of {stop.budget:g} CPU s exceeded")
-        reasons.append(f"{what} {where}: grading stopped there, and cells not run count as not killed")
+        then = ": grading stopped there, and cells not run count as not killed"
+        if stop.variant:
+            reasons.append(Mention.of([f"{what} in test {test} on variant ", then],
+                                      [names.get(stop.variant, stop.variant)]))
+        else:
+            reasons.append(f"{what} while runs were going{then}")
     if not policy.ok:
         reasons.append(f"the policy check failed ({policy.found} violation(s)): nothing was run")
     invalid = [v for v in verdicts if not v.valid]
@@ -235,7 +255,8 @@ def score_suite(
             f"kill rate {kill_rate:.0%} ({killed_count}/{total}) is below the threshold {assignment.threshold:.0%}"
         )
     if policy.ok and required_missing:
-        reasons.append(f"required mutant(s) not killed: {', '.join(required_missing)}")
+        commas = [", "] * (len(required_missing) - 1)
+        reasons.append(Mention.of(["required mutant(s) not killed: ", *commas, ""], required_missing))
     if journal.checked and not journal.ok:
         reasons.append("the red-then-green journal does not verify")
     elif assignment.require_journal and not journal.checked:
@@ -261,13 +282,17 @@ def score_suite(
 def student_view(report: Report, variants: list[Variant]) -> Report:
     """The report a student may see of a staff report: hidden mutants renamed "hidden mutant
     N", their titles and hints withheld."""
-    if report.audience == "student":
+    if report.audience == Audience.STUDENT:  # ==: a copied report may hold the string
         return report
-    names = shown_ids(variants, "student")
+    names = shown_ids(variants, Audience.STUDENT)
     hidden = {v.id for v in variants if v.kind is VariantKind.MUTANT and v.spec.hidden}
 
     def rename(ids: list[str]) -> list[str]:
         return [names.get(i, i) for i in ids]
+
+    def rename_lines(lines: list[str | Mention]) -> list[str | Mention]:
+        # Only a Mention names variants: a plain line (and a test id in a Mention) stays as it is.
+        return [line.renamed(names) if isinstance(line, Mention) else line for line in lines]
 
     mutants = [
         m.model_copy(update={"id": names[m.id], "title": names[m.id], "hint": HIDDEN_HINT if not m.killed else ""})
@@ -282,20 +307,14 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
     score = report.score.model_copy(
         update={"required": rename(report.score.required), "required_missing": rename(report.score.required_missing)}
     )
-    problems = list(report.problems)
-    for variant_id in hidden:
-        problems = [p.replace(f"{variant_id}:", f"{names[variant_id]}:") for p in problems]
-    reasons = list(report.reasons)
-    for variant_id in hidden:
-        reasons = [r.replace(variant_id, names[variant_id]) for r in reasons]
     return report.model_copy(
         update={
-            "audience": "student",
+            "audience": Audience.STUDENT,
             "mutants": mutants,
             "tests": tests,
             "score": score,
             "variants": rename(report.variants),
-            "problems": problems,
-            "reasons": reasons,
+            "problems": rename_lines(report.problems),
+            "reasons": rename_lines(report.reasons),
         }
     )

@@ -21,7 +21,7 @@ import tempfile
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -33,10 +33,11 @@ from grader.core.caps import cap_text
 from grader.flows.grading import grade_suite
 from grader.core.journal import JournalFormatError, verify_journal
 from grader.run.scheduler import WorkerPool
-from grader.core.models import JournalSummary, Report
+from grader.core.models import Audience, JournalSummary, Report
 from grader.core.paths import Layout
 from grader.run.runner import RunLimits
-from grader.sandbox import SandboxMode, check_mode
+from grader.sandbox.base import SandboxMode
+from grader.sandbox.status import check_mode
 from grader.report.spreadsheet import write_rows
 from grader.flows.suite_input import ARCHIVE_SUFFIXES, read_archive
 
@@ -235,7 +236,7 @@ def _prepare(entry: StudentSubmission, *, layout: Layout, assignment: Assignment
 
 # --------------------------------------------------------------------- grading
 def _row(student: str, report: Report) -> BatchRow:
-    problems = list(report.reasons) + list(report.problems)
+    problems = [str(line) for line in [*report.reasons, *report.problems]]
     return BatchRow(
         student=student,
         passed=report.passed,
@@ -260,7 +261,7 @@ def grade_batch(
     layout: Layout,
     assignment: Assignment,
     policy: bool = True,
-    audience: str = "staff",
+    audience: Audience = Audience.STAFF,
     on_done: Callable[[BatchRow], None] | None = None,
     sandbox: SandboxMode | str = SandboxMode.AUTO,
     reports: Path | None = None,
@@ -294,7 +295,7 @@ def grade_batch(
         raise ValueError(f"ahead: expected 0 to {MAX_AHEAD} submissions prepared ahead, got {ahead}")
     check_mode(sandbox)
     students, _ = find_submissions(submissions)
-    limits = replace(assignment.run_limits(), sandbox=SandboxMode(sandbox))
+    limits = RunLimits.of(assignment, sandbox=sandbox)
     if reports is not None:
         reports.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -343,7 +344,7 @@ def _prepared(students: list[StudentSubmission], ahead: int, **how) -> Iterator[
 
 
 def _grade_one(prepared: _Prepared, pool: WorkerPool, *, layout: Layout, assignment: Assignment, policy: bool,
-               audience: str, sandbox: SandboxMode | str) -> BatchRow:
+               audience: Audience, sandbox: SandboxMode | str) -> BatchRow:
     if prepared.error is not None or prepared.tests is None:
         return _not_graded(prepared.student, prepared.error or "nothing to grade", prepared.journal)
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import types
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -26,11 +25,14 @@ from grader.flows.golden import (
     load_implementation,
     torch_available,
 )
+from grader.core.assignment import load_assignment
 from grader.core.paths import Layout
 from grader.core.matrix import Matrix
+from grader.core.models import Outcome
 from grader.run.scheduler import run_matrix
 from grader.run.runner import RunLimits
 from grader.core.variants import Variant, VariantKind, build_variants
+from grader.sandbox.base import SandboxMode
 
 __all__ = ["PROPERTIES", "CalibrationReport", "VariantCalibration", "calibrate", "render_text"]
 
@@ -124,9 +126,9 @@ def _cell(matrix: Matrix, test_id: str, variant: Variant) -> str:
         return "flaky" if first.kills else first.value
     if variant.kind is VariantKind.REFERENCE:
         second = matrix.second[variant.id].outcome(test_id)
-        if first.value != second.value:
+        if first is not second:
             return "flaky"
-    return "pass" if first.value == "passed" else first.value
+    return "pass" if first is Outcome.PASSED else first.value
 
 
 def _name(test_id: str) -> str:
@@ -134,12 +136,12 @@ def _name(test_id: str) -> str:
     return test_id.split("::")[-1].split("[")[0]
 
 
-def calibrate(layout: Layout, *, limits: RunLimits | None = None, live: bool | None = None) -> CalibrationReport:
-    """Run the whole calibration.
+def calibrate(layout: Layout, *, sandbox: SandboxMode = SandboxMode.AUTO, live: bool | None = None) -> CalibrationReport:
+    """Run the whole calibration, under the limits of the layout's assignment.
 
     Args:
-        layout: the checkout (reference, course tests, mutants, fixtures).
-        limits: the worker's limits; defaults to :class:`RunLimits`.
+        layout: the checkout (reference, course tests, mutants, fixtures, assignment).
+        sandbox: the sandbox the runs are made in.
         live: compare with live torch too; defaults to whether torch is installed.
 
     Returns:
@@ -147,14 +149,16 @@ def calibrate(layout: Layout, *, limits: RunLimits | None = None, live: bool | N
 
     Raises:
         ManifestError: if the manifest or a patch is invalid.
+        AssignmentError: if the assignment is missing or invalid.
     """
     started = time.monotonic()
-    limits = limits or RunLimits()
+    # The course's own tests: their conftest is trusted.
+    limits = RunLimits.of(load_assignment(layout.assignment), sandbox=sandbox, conftests=True)
     live = torch_available() if live is None else live
     variants = build_variants(layout)
-    # The course's own tests (their conftest is trusted), every cell run: the matrix is the point.
-    matrix = run_matrix(layout=layout, tests_dir=layout.course_tests, variants=variants,
-                        limits=replace(limits, conftests=True), full_matrix=True)
+    # Every cell run: the matrix is the point.
+    matrix = run_matrix(layout=layout, tests_dir=layout.course_tests, variants=variants, limits=limits,
+                        full_matrix=True)
     problems: list[str] = []
 
     for variant in variants:

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 from grader.core.errors import GradingInputError
 from grader.flows.golden import torch_available
 from grader.core.journal import GRU_FILE, run_snapshot, verify_journal
-from grader.core.models import CourseTestResult, ImplementationCheck, JournalSummary, Report, WorkerRun
+from grader.core.models import CourseTestResult, ImplementationCheck, JournalSummary, Outcome, Report, WorkerRun
 from grader.core.paths import Layout
 from grader.run.runner import RunLimits
-from grader.sandbox import SandboxMode
+from grader.sandbox.base import SandboxMode
 from grader.flows.tdd import StudentRepo
 
 if TYPE_CHECKING:
     from grader.core.assignment import Assignment
 
-__all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_repo"]
+__all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_journal", "check_repo"]
 
 # Run in the sandboxed worker with the student's package installed: live torch, fresh cases.
 LIVE_TORCH_TEST = '''"""Your GRU against live torch.nn.GRU on fresh random cases (float64, CPU)."""
@@ -61,17 +61,34 @@ def check_implementation(
     if live:
         with tempfile.TemporaryDirectory(prefix="mutagrade-live-") as tmp:
             (Path(tmp) / "test_live_torch.py").write_text(LIVE_TORCH_TEST)
-            torch_limits = replace(
-                limits, test_timeout=max(limits.test_timeout, 60.0),
-                memory_bytes=max(limits.memory_bytes, TORCH_MEMORY), jobs=1,
-            )
+            # Importing torch is not the student's time: the comparison gets a minute at least.
+            bound = limits.limits
+            torch_limits = replace(limits, jobs=1, limits=bound.model_copy(update={
+                "test_timeout_s": max(bound.test_timeout_s, 60.0),
+                "memory_mb": max(bound.memory_mb, TORCH_MEMORY // 2**20),
+            }))
             runs += run_snapshot(layout, Path(tmp), impl_dir, torch_limits, [run])
     tests = [CourseTestResult(id=r.test_id, outcome=r.outcome, message=r.message) for s in runs for r in s.results]
     problems = [p for s in runs for p in ([s.crashed] if s.crashed else []) + list(s.collection_errors)]
-    ok = bool(tests) and not problems and all(t.outcome.value == "passed" for t in tests)
+    ok = bool(tests) and not problems and all(t.outcome is Outcome.PASSED for t in tests)
     return ImplementationCheck(
         checked=True, ok=ok, implementation=str(impl_dir), live_torch=live, tests=tests, problems=problems
     )
+
+
+def check_journal(repo: StudentRepo, *, layout: Layout, limits: RunLimits) -> JournalSummary:
+    """The repository's red-then-green journal, verified against its tests; when there is none,
+    a journal that does not verify and says how to start one.
+
+    Raises:
+        JournalFormatError: if the journal cannot be read at all.
+    """
+    if not repo.journal_path.exists():
+        return JournalSummary(
+            checked=True, ok=False,
+            problems=[f"no journal at {repo.journal_path}: record each test with `mutagrade tdd red` and `tdd green`"],
+        )
+    return verify_journal(repo.journal_path, repo.tests_dir, layout=layout, limits=limits)
 
 
 def check_repo(
@@ -86,15 +103,9 @@ def check_repo(
     # package ships this module (check_implementation) without the grading engine.
     from grader.flows.grading import grade_suite
 
-    limits = replace(assignment.run_limits(), sandbox=sandbox)
+    limits = RunLimits.of(assignment, sandbox=sandbox)
     implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)
-    if repo.journal_path.exists():
-        journal = verify_journal(repo.journal_path, repo.tests_dir, layout=layout, limits=limits)
-    else:
-        journal = JournalSummary(
-            checked=True, ok=False,
-            problems=[f"no journal at {repo.journal_path}: record each test with `mutagrade tdd red` and `tdd green`"],
-        )
+    journal = check_journal(repo, layout=layout, limits=limits)
     report = grade_suite(
         repo.tests_dir, layout=layout, assignment=assignment, journal=journal, submission=str(repo.root),
         sandbox=sandbox,

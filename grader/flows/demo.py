@@ -4,7 +4,6 @@ bundled student suite graded by mutation."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
@@ -16,7 +15,8 @@ from grader.core.models import Outcome, WorkerRun
 from grader.core.paths import Layout
 from grader.report import render
 from grader.run.runner import RunLimits, run_suites
-from grader.sandbox import SETUP_SCRIPT, SandboxMode, SandboxStatus, sandbox_status
+from grader.sandbox.base import SETUP_SCRIPT, SandboxMode, SandboxStatus
+from grader.sandbox.status import sandbox_status
 
 __all__ = ["demo_sandbox", "hand_example", "run_demo"]
 
@@ -67,13 +67,15 @@ def run_demo(layout: Layout) -> int:
     if why is not None:
         print(why)
         print()
+    assignment = load_assignment(layout.assignment)
     source = layout.gru_source.read_text()
     [run] = run_suites(
         layout=layout,
         tests_dir=layout.course_tests,
         runs=[WorkerRun(variant="reference", source=source)],
         hash_seed=1,
-        limits=RunLimits(conftests=True, sandbox=mode),  # the course's own tests: their conftest is trusted
+        # The course's own tests: their conftest is trusted.
+        limits=RunLimits.of(assignment, sandbox=mode, conftests=True),
     )
     print(f"Course tests ({layout.course_tests}) on the reference GRU:")
     for result in run.results:
@@ -102,8 +104,7 @@ def run_demo(layout: Layout) -> int:
         f"with its journal {journal_path.relative_to(layout.root)}:"
     )
     print()
-    assignment = load_assignment(layout.assignment)
-    limits = replace(assignment.run_limits(), sandbox=mode)
+    limits = RunLimits.of(assignment, sandbox=mode)
     journal = verify_journal(journal_path, tests, layout=layout, limits=limits)
     report = grade_suite(tests, layout=layout, assignment=assignment, journal=journal, sandbox=mode)
     print(render(report, "text"))

@@ -15,7 +15,8 @@ from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK
 from grader.flows.grading import GradingInputError, grade_suite
 from grader.core.journal import JournalFormatError, verify_journal
 from grader.run.launch import Launched
-from grader.core.models import JournalSummary, Report
+from grader.run.runner import RunLimits
+from grader.core.models import Audience, JournalSummary, Report
 from grader.core.paths import Layout
 from grader.report import render
 from grader.report.github import append_job_summary
@@ -38,10 +39,11 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
         gc.enable()
     assignment = load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
     with open_suite(Path(args.tests_dir)) as suite:
-        journal = _journal(args, suite, layout=layout, limits=assignment.run_limits(args.jobs))
+        journal = _journal(args, suite, layout=layout, limits=RunLimits.of(assignment, jobs=args.jobs))
         # Gradescope may reveal the hidden mutants after the due date (the assignment says): that
         # takes the staff report; all the rest shows its student view.
-        reveal = (args.format == "gradescope" and args.audience == "student"
+        audience = Audience(args.audience)
+        reveal = (args.format == "gradescope" and audience is Audience.STUDENT
                   and assignment.gradescope_hidden_hints != "never")
         report = grade_suite(
             suite.tests,
@@ -49,7 +51,7 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
             assignment=assignment,
             policy=args.policy == "on",
             journal=journal,
-            audience="staff" if reveal else args.audience,
+            audience=Audience.STAFF if reveal else audience,
             jobs=args.jobs,
             submission=suite.name,
             sandbox=args.sandbox,
@@ -73,7 +75,7 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
 
 
-def _journal(args: argparse.Namespace, suite: SuiteInput, *, layout: Layout, limits) -> JournalSummary | None:
+def _journal(args: argparse.Namespace, suite: SuiteInput, *, layout: Layout, limits: RunLimits) -> JournalSummary | None:
     """The journal's verification: the one ``--journal`` names, else an archive's own."""
     if args.journal:
         return verify_journal(Path(args.journal), suite.tests, layout=layout, limits=limits)

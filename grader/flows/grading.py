@@ -9,7 +9,6 @@ statically; build the variants; run the suite against all of them in the sandbox
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
 
@@ -17,12 +16,14 @@ from grader.core.assignment import Assignment
 from grader.core.caps import bound_journal, cap_text
 from grader.core.errors import GradingInputError
 from grader.run.launch import Launched
-from grader.core.models import JournalSummary, Outcome, PolicySummary, Report, Score, Timing
+from grader.core.models import Audience, JournalSummary, Outcome, PolicySummary, Report, Score, Timing
 from grader.core.paths import Layout
 from grader.core.policy import find_violations
 from grader.core.matrix import Matrix
+from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool, run_matrix
-from grader.sandbox import SandboxMode, check_mode
+from grader.sandbox.base import SandboxMode
+from grader.sandbox.status import check_mode
 from grader.core.scoring import score_suite, shown_ids
 from grader.core.variants import Variant, VariantKind, build_variants
 
@@ -57,7 +58,7 @@ def grade_suite(
     assignment: Assignment,
     policy: bool = True,
     journal: JournalSummary | None = None,
-    audience: str = "student",
+    audience: Audience = Audience.STUDENT,
     jobs: int | None = None,
     submission: str | None = None,
     sandbox: SandboxMode | str = SandboxMode.AUTO,
@@ -73,7 +74,7 @@ def grade_suite(
         assignment: threshold, validity rules and limits.
         policy: run the static policy check first (turn off only for trusted suites).
         journal: the journal's verification, when one was checked.
-        audience: ``"student"`` hides hidden mutants, ``"staff"`` shows them.
+        audience: a student's report hides hidden mutants; staff's shows them.
         jobs: children at a time (default: one per core).
         submission: the name the report gives the submission (default: the path).
         sandbox: ``auto`` (every layer this machine offers, refusing without the always-on
@@ -106,7 +107,7 @@ def grade_suite(
 
 def _grade(
     tests_dir: Path, *, layout: Layout, assignment: Assignment, policy: bool, journal: JournalSummary | None,
-    audience: str, jobs: int | None, submission: str | None, sandbox: SandboxMode | str, full_matrix: bool,
+    audience: Audience, jobs: int | None, submission: str | None, sandbox: SandboxMode | str, full_matrix: bool,
     launched: Launched | None, pool: WorkerPool | None, started: float,
 ) -> Report:
     mode = SandboxMode(sandbox)
@@ -127,7 +128,7 @@ def _grade(
         return _not_graded(f"the policy check failed ({summary.found} violation(s)): nothing was run", name=name,
                            variants=variants, assignment=assignment, audience=audience, policy=summary,
                            journal=journal, timing=Timing(total_s=round(time.monotonic() - started, 3)))
-    limits = replace(assignment.run_limits(jobs), sandbox=mode)
+    limits = RunLimits.of(assignment, jobs=jobs, sandbox=mode)
     if pool is not None:
         matrix = pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix)
     else:
@@ -167,7 +168,7 @@ def _too_many_tests(matrix: Matrix, limit: int | None) -> str:
 
 
 def _not_graded(
-    why: str, *, name: str, variants: list[Variant], assignment: Assignment, audience: str, policy: PolicySummary,
+    why: str, *, name: str, variants: list[Variant], assignment: Assignment, audience: Audience, policy: PolicySummary,
     journal: JournalSummary | None, timing: Timing,
 ) -> Report:
     """The report of a suite that could not be graded as it is: nothing of it counts, and

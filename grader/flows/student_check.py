@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.caps import bound_journal, cap_text
-from grader.flows.check import check_implementation
+from grader.flows.check import check_implementation, check_journal
 from grader.core.errors import GradingInputError
-from grader.core.journal import verify_journal
 from grader.core.models import ImplementationCheck, JournalSummary, PolicySummary
 from grader.core.paths import Layout
 from grader.core.policy import find_violations
-from grader.report._common import more, printable
+from grader.report.text import implementation_lines, journal_lines, policy_lines
 from grader.run.runner import RunLimits
 from grader.flows.tdd import StudentRepo
 
@@ -76,13 +75,7 @@ def local_check(repo: StudentRepo, *, layout: Layout, limits: RunLimits) -> Loca
         violations_omitted=findings.omitted,
     )
     implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)
-    if repo.journal_path.exists():
-        journal = verify_journal(repo.journal_path, repo.tests_dir, layout=layout, limits=limits)
-    else:
-        journal = JournalSummary(
-            checked=True, ok=False,
-            problems=[f"no journal at {repo.journal_path}: record each test with `mutagrade tdd red` and `tdd green`"],
-        )
+    journal = check_journal(repo, layout=layout, limits=limits)
     return LocalCheck(policy=policy, implementation=implementation, journal=bound_journal(journal))
 
 
@@ -105,34 +98,13 @@ def mutation_source(server: str | None, token: str | None) -> MutationSource:
 
 
 def render_local_check(check: LocalCheck) -> str:
-    """The local checks as text, one section a line, problems indented below."""
-    lines: list[str] = []
-    policy = check.policy
-    if policy.ok:
-        lines.append("Policy: ok")
-    else:
-        lines.append(f"Policy: VIOLATED ({policy.found})")
-        lines.extend(f"  * {printable(v)}" for v in policy.violations)
-        lines.extend(f"  {m}" for m in more(policy.violations_omitted))
-    impl = check.implementation
-    passed = sum(t.outcome.value == "passed" for t in impl.tests)
-    torch_note = "fixture goldens and live torch" if impl.live_torch else "fixture goldens; torch not installed"
-    lines.append(
-        f"Implementation {printable(impl.implementation)}: {'ok' if impl.ok else 'FAILS'}, "
-        f"{passed}/{len(impl.tests)} course tests pass ({torch_note})"
-    )
-    for test in impl.tests:
-        if test.outcome.value != "passed":
-            first = test.message.splitlines()[0] if test.message else ""
-            lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(first)}" if first else ""))
-    lines.extend(f"  * {printable(p)}" for p in impl.problems)
-    journal = check.journal
-    if journal.ok:
-        lines.append(f"Journal: verified ({journal.entries} entries, replayed in {journal.replay_s:.1f} s)")
-    else:
-        lines.append("Journal: NOT VERIFIED")
-        lines.extend(f"  * {printable(p)}" for p in journal.problems)
-        lines.extend(f"  {m}" for m in more(journal.problems_omitted))
+    """The local checks as text, one section a line, problems indented below, worded as the
+    text report words them."""
+    lines = [
+        *policy_lines(check.policy),
+        *implementation_lines(check.implementation),
+        *journal_lines(check.journal),
+    ]
     return "\n".join(lines)
 
 

@@ -131,14 +131,20 @@ def _append(repo: StudentRepo, journal: Journal | None, phase: Phase, run: Suite
     return entry
 
 
-def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits | None = None) -> JournalEntry:
+def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits) -> JournalEntry:
     """Run ``tdd red`` or ``tdd green``: check the rules, then append an entry.
+
+    Args:
+        repo: the student's repository.
+        phase: red or green.
+        layout: the course (its tests and assignment).
+        limits: the assignment's limits (:meth:`RunLimits.of`): the journal's replay at grading
+            runs each test under the same, so a green here is a green there.
 
     Raises:
         Refused: when a rule does not hold; nothing is written then.
         JournalFormatError: when the existing journal cannot be read.
     """
-    limits = limits or RunLimits()
     journal = _journal(repo)
     last = journal.last if journal else None
     if phase is Phase.RED:

@@ -101,7 +101,7 @@ def render_github(report: Report) -> str:
     icon = "✅" if report.passed else "❌"
     out = [f"## {icon} mutagrade: {verdict_word(report)} — {_code(report.submission)}", ""]
     if report.reasons:
-        out += [f"- {_text(r)}" for r in report.reasons] + [""]
+        out += [f"- {_text(str(r))}" for r in report.reasons] + [""]
     out += _score_table(report)
     out += _matrix(report)
     out += _survivors(report)
@@ -189,7 +189,7 @@ def _problems(report: Report) -> list[str]:
     sections = (
         ("Policy violations", report.policy.violations, report.policy.violations_omitted),
         ("Journal problems", report.journal.problems, report.journal.problems_omitted),
-        ("Problems while running", report.problems, report.problems_omitted),
+        ("Problems while running", [str(p) for p in report.problems], report.problems_omitted),
     )
     for title, items, omitted in sections:
         if items or omitted:

@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from grader.core.models import Report
+from grader.core.models import Audience, Report
 from grader.report._common import (
     invalid_tests,
     kills_needed,
@@ -228,9 +228,10 @@ def _journal_test(report: Report) -> dict[str, Any] | None:
 
 def _revealed_tests(report: Report, staff: Report, visibility: str) -> list[dict[str, Any]]:
     """One test per hidden mutant: its real name and hint, shown only at ``visibility``."""
-    if staff.audience != "staff":
+    # == rather than is: a report copied with model_copy may carry the audience as its string.
+    if staff.audience != Audience.STAFF:
         raise ValueError("revealed must be the staff report of the same grading, got a student report")
-    if report.audience != "student":
+    if report.audience != Audience.STUDENT:
         raise ValueError("the hidden mutants are revealed beside a student report, got a staff report")
     if [(m.hidden, m.killed) for m in report.mutants] != [(m.hidden, m.killed) for m in staff.mutants]:
         raise ValueError("revealed must be the staff report of the same grading: it has not the same mutants")

@@ -97,7 +97,7 @@ def render_html(report: Report) -> str:
         f'<p class="verdict {"passed" if report.passed else "failed"}">{word}</p>',
     ]
     if report.reasons:
-        out.append(_list(report.reasons))
+        out.append(_list([str(r) for r in report.reasons]))
     out += _score(report)
     out += _matrix(report)
     out += _survivors(report)
@@ -232,7 +232,7 @@ def _checks(report: Report) -> list[str]:
         if failing or impl.problems:
             lines += ['<ul class="problems">', *failing, *(f"<li>{_e(p)}</li>" for p in impl.problems), "</ul>"]
     if report.problems:
-        lines += ["<h2>Problems while running</h2>", _list(report.problems, report.problems_omitted)]
+        lines += ["<h2>Problems while running</h2>", _list([str(p) for p in report.problems], report.problems_omitted)]
     t = report.timing
     lines.append(
         f"<p>Timing: {t.total_s:.1f} s in total, {t.runs} suite runs, {t.tests_s:.1f} s inside the tests, "

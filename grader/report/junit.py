@@ -143,7 +143,7 @@ def _check_cases(report: Report) -> list[_Case]:
     if report.passed:
         cases = [_Case(cls, "verdict", system_out=summary)]
     else:
-        cases = [_Case(cls, "verdict", "failure", summary, "\n".join(report.reasons))]
+        cases = [_Case(cls, "verdict", "failure", summary, "\n".join(str(r) for r in report.reasons))]
 
     n_invalid = len(invalid_tests(report))
     if not report.tests:
@@ -176,7 +176,7 @@ def _check_cases(report: Report) -> list[_Case]:
 
     if report.problems:
         message = f"{len(report.problems) + report.problems_omitted} problem(s) while running the suite"
-        text = "\n".join([*report.problems, *more(report.problems_omitted)])
+        text = "\n".join([*map(str, report.problems), *more(report.problems_omitted)])
         cases.append(_Case(cls, "run problems", "error", message, text))
     else:
         cases.append(_Case(cls, "run problems"))

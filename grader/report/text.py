@@ -8,7 +8,15 @@ problems and timing. Plain ASCII symbols, so it reads the same in any terminal o
 from __future__ import annotations
 
 from grader.core.caps import cap_lines
-from grader.core.models import Outcome, Report, TestStatus, TestVerdict
+from grader.core.models import (
+    ImplementationCheck,
+    JournalSummary,
+    Outcome,
+    PolicySummary,
+    Report,
+    TestStatus,
+    TestVerdict,
+)
 from grader.report._common import (
     invalid_tests,
     kills_needed,
@@ -23,7 +31,7 @@ from grader.report._common import (
     verdict_word,
 )
 
-__all__ = ["SYMBOLS", "render_text"]
+__all__ = ["SYMBOLS", "implementation_lines", "journal_lines", "policy_lines", "render_text"]
 
 LINE_WIDTH = 100
 NOT_RUN_SYMBOL = "-"  # a cell not run: already decided, or never reached
@@ -217,42 +225,58 @@ def _invalid_lines(report: Report) -> list[str]:
 
 
 def _checks_lines(report: Report) -> list[str]:
-    lines: list[str] = []
-    policy = report.policy
-    if not policy.checked:
-        lines.append("Policy: not checked")
-    elif policy.ok and not policy.violations:
-        lines.append("Policy: ok")
-    else:
-        lines.append(f"Policy: VIOLATED ({policy.found})")
-        lines.extend(f"  * {v}" for v in policy.violations)
-        lines.extend(f"  {m}" for m in more(policy.violations_omitted))
-    journal = report.journal
-    if not journal.checked:
-        lines.append("Journal: not checked")
-    elif journal.ok and not journal.problems:
-        lines.append(f"Journal: verified ({journal.entries} entries, replayed in {journal.replay_s:.1f} s)")
-    else:
-        lines.append(f"Journal: {'ok, with remarks' if journal.ok else 'NOT VERIFIED'}")
-        lines.extend(f"  * {p}" for p in journal.problems)
-        lines.extend(f"  {m}" for m in more(journal.problems_omitted))
-    impl = report.implementation
-    if impl.checked:
-        passed = sum(t.outcome.value == "passed" for t in impl.tests)
-        torch_note = "fixture goldens and live torch" if impl.live_torch else "fixture goldens; torch not installed"
-        lines.append(
-            f"Implementation {impl.implementation}: {'ok' if impl.ok else 'FAILS'}, "
-            f"{passed}/{len(impl.tests)} course tests pass ({torch_note})"
-        )
-        for test in impl.tests:
-            if test.outcome.value != "passed":
-                message = cap_lines(test.message)
-                lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(message[0])}" if message else ""))
-                lines.extend(f"      {printable(line)}" for line in message[1:])
-        lines.extend(f"  * {printable(p)}" for p in impl.problems)
+    lines = [*policy_lines(report.policy), *journal_lines(report.journal)]
+    if report.implementation.checked:
+        lines.extend(implementation_lines(report.implementation))
     if report.problems:
         lines.append(f"Problems while running ({len(report.problems) + report.problems_omitted}):")
         lines.extend(f"  * {p}" for p in report.problems)
         lines.extend(f"  {m}" for m in more(report.problems_omitted))
     lines.append("")
+    return lines
+
+
+# The checks beside the grade, worded alike here and in the student's local check
+# (grader.flows.student_check): a line for each, what it found indented below.
+def policy_lines(policy: PolicySummary) -> list[str]:
+    """The policy check: ok, not checked, or its violations."""
+    if not policy.checked:
+        return ["Policy: not checked"]
+    if policy.ok and not policy.violations:
+        return ["Policy: ok"]
+    return [
+        f"Policy: VIOLATED ({policy.found})",
+        *(f"  * {printable(v)}" for v in policy.violations),
+        *(f"  {m}" for m in more(policy.violations_omitted)),
+    ]
+
+
+def journal_lines(journal: JournalSummary) -> list[str]:
+    """The journal's verification: verified, not checked, or its problems."""
+    if not journal.checked:
+        return ["Journal: not checked"]
+    if journal.ok and not journal.problems:
+        return [f"Journal: verified ({journal.entries} entries, replayed in {journal.replay_s:.1f} s)"]
+    return [
+        f"Journal: {'ok, with remarks' if journal.ok else 'NOT VERIFIED'}",
+        *(f"  * {printable(p)}" for p in journal.problems),
+        *(f"  {m}" for m in more(journal.problems_omitted)),
+    ]
+
+
+def implementation_lines(impl: ImplementationCheck) -> list[str]:
+    """The course tests on the student's implementation: how many pass, and each failure's
+    first lines."""
+    passed = sum(t.outcome is Outcome.PASSED for t in impl.tests)
+    torch_note = "fixture goldens and live torch" if impl.live_torch else "fixture goldens; torch not installed"
+    lines = [
+        f"Implementation {printable(impl.implementation)}: {'ok' if impl.ok else 'FAILS'}, "
+        f"{passed}/{len(impl.tests)} course tests pass ({torch_note})"
+    ]
+    for test in impl.tests:
+        if test.outcome is not Outcome.PASSED:
+            message = cap_lines(test.message)
+            lines.append(f"  * {printable(test.id)}: {test.outcome.value}" + (f": {printable(message[0])}" if message else ""))
+            lines.extend(f"      {printable(line)}" for line in message[1:])
+    lines.extend(f"  * {printable(p)}" for p in impl.problems)
     return lines

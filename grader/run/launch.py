@@ -14,18 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import Layout
-from grader.sandbox import (
-    Layer,
-    SandboxedWorker,
-    SandboxLimits,
-    SandboxMode,
-    SandboxStatus,
-    begin_probe,
-    check_mode,
-    close_workers,
-    provisional_status,
-    start_worker,
-)
+from grader.sandbox.base import Layer, SandboxLimits, SandboxMode, SandboxStatus
+from grader.sandbox.process import SandboxedWorker, close_workers, start_worker
+from grader.sandbox.status import begin_probe, check_mode, provisional_status
 
 __all__ = ["FIRST_HASH_SEED", "SECOND_HASH_SEED", "Launched", "launch_grading", "launch_worker", "worker_env"]
 

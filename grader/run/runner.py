@@ -21,50 +21,90 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from grader.core.assignment import Assignment, Limits
 from grader.core.caps import MAX_TESTS
 from grader.run.codecache import variant_code
 from grader.run.launch import launch_worker
 from grader.core.models import SuiteRun, WorkerRun
 from grader.core.paths import Layout
-from grader.sandbox import SandboxedWorker, SandboxLimits, SandboxMode, close_workers
-from grader.core.protocol import JobSettings, RunHeader, encode_frame
+from grader.sandbox.base import SandboxLimits, SandboxMode
+from grader.sandbox.process import SandboxedWorker, close_workers
+from grader.core.protocol import JobSettings, RunHeader, WorkerSandbox, encode_frame
 
-__all__ = ["RunLimits", "WorkerProcess", "close_all", "run_suites"]
+__all__ = ["RunLimits", "WorkerProcess", "close_all", "job_settings", "run_suites"]
 
 _STDERR_TAIL = 64 * 1024
 _SILENCE_SLACK = 30.0  # seconds past a run's own limit before a silent worker is given up
 _POOL_WORKER_CPU = 3600.0  # CPU seconds of a pooled worker's own process (its children have their own)
 
 
+def _cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 @dataclass(frozen=True)
 class RunLimits:
-    """Time and size limits of suite runs, and the sandbox they run in.
+    """The assignment's limits (:class:`~grader.core.assignment.Limits`: time, memory, budgets),
+    and how suite runs are made under them: children at a time, the sandbox and its own limits,
+    whether the tests' conftest is loaded.
 
-    ``sandbox`` is :attr:`SandboxMode.AUTO` by default: a machine without the always-on layers
-    refuses to run (:class:`~grader.sandbox.SandboxUnavailable`) unless told ``none``.
-
-    A test's limit is ``test_timeout`` on the reference; on wheats and mutants it is
-    ``max(timeout_floor, timeout_factor × its time on the reference)``, at most
-    ``test_timeout``. Once a test of a run has timed out, later tests of that run get at most
-    ``timeout_floor``. ``cpu_budget`` (CPU seconds of every run together, None for no bound)
-    stops a grading that would cost more; ``wall_budget`` (seconds from the first run sent)
-    stops one that would take longer, sleeping or not; ``memory_budget`` (bytes) bounds the
-    memory every run's processes hold together, half for each of the two workers.
+    ``limits`` has no default: every command takes its assignment's (:meth:`of`), so a test is
+    judged under the same limit by ``tdd``, ``check``, ``calibrate``, grading and the journal's
+    replay. ``sandbox`` is :attr:`SandboxMode.AUTO` by default: a machine without the always-on
+    layers refuses to run (:class:`~grader.sandbox.base.SandboxUnavailable`) unless told ``none``.
     """
 
-    run_timeout: float = 120.0
-    test_timeout: float = 20.0
-    memory_bytes: int = 2 * 1024**3
-    jobs: int = field(default_factory=lambda: max(1, len(os.sched_getaffinity(0))))
+    limits: Limits
+    jobs: int = field(default_factory=_cores)
     sandbox: SandboxMode = SandboxMode.AUTO
     sandbox_limits: SandboxLimits = SandboxLimits()
-    timeout_factor: float = 10.0
-    timeout_floor: float = 1.0
-    cpu_budget: float | None = None
-    wall_budget: float | None = None  # seconds of wall clock for the whole grading
-    memory_budget: int | None = None  # bytes the grading's processes may hold together
     conftests: bool = False  # load the tests' conftest.py (the course's own tests only)
     max_tests: int | None = MAX_TESTS  # a run collecting more tests runs none (grader.core.caps)
+
+    @classmethod
+    def of(
+        cls,
+        assignment: Assignment,
+        *,
+        jobs: int | None = None,
+        sandbox: SandboxMode | str = SandboxMode.AUTO,
+        conftests: bool = False,
+    ) -> RunLimits:
+        """The assignment's limits, runs made ``jobs`` at a time (default: one per core) in
+        ``sandbox``; ``conftests`` for the course's own tests only."""
+        return cls(limits=assignment.limits, jobs=jobs or _cores(), sandbox=SandboxMode(sandbox), conftests=conftests)
+
+
+def job_settings(
+    limits: RunLimits,
+    *,
+    reference: str,
+    tests: str,
+    hash_seed: int,
+    isolate: bool = False,
+    private_tmp: bool = False,
+    sandbox: WorkerSandbox | None = None,
+) -> JobSettings:
+    """The worker's job: every limit in it comes from ``limits`` (the assignment's), here only."""
+    bound = limits.limits
+    return JobSettings(
+        reference=reference,
+        tests=tests,
+        hash_seed=hash_seed,
+        jobs=limits.jobs,
+        run_timeout=bound.run_timeout_s,
+        test_timeout=bound.test_timeout_s,
+        collect_timeout=bound.test_timeout_s,
+        memory_bytes=bound.memory_bytes,
+        # The grading's two workers share its memory bound half and half.
+        memory_share=None if bound.budget_memory_bytes is None else bound.budget_memory_bytes // 2,
+        memory_bound=bound.budget_memory_bytes or 0,
+        max_tests=limits.max_tests,
+        conftests=limits.conftests,
+        isolate=isolate,
+        private_tmp=private_tmp,
+        sandbox=sandbox if sandbox is not None else WorkerSandbox(),
+    )
 
 
 @dataclass(frozen=True)
@@ -82,7 +122,7 @@ class WorkerProcess:
         layout: where the ``tinyllm`` package is.
         tests_dir: the folder of test files.
         hash_seed: ``PYTHONHASHSEED`` of the worker.
-        limits: time, memory and parallelism limits, and the sandbox mode.
+        limits: the assignment's limits, parallelism and the sandbox mode.
         results: where results go, as ``_Result`` items (several workers may share one).
         hide_source: hide the package's own ``rnn/gru.py`` from the runs (when grading
             variants of the reference: a run then has nothing to compare its variant with).
@@ -127,7 +167,8 @@ class WorkerProcess:
         self.closed = False
         if self.tests_dir is not None:
             # A generous CPU limit for the worker process itself (its children have their own).
-            budget = limits.cpu_budget if limits.cpu_budget is not None else limits.run_timeout * 8
+            cpu = limits.limits.budget_cpu_s
+            budget = cpu if cpu is not None else limits.limits.run_timeout_s * 8
             self._outbox.put(self._job(self.sandbox.tests, limits, worker_cpu=budget + 60.0).to_frame())
         self._threads = [
             threading.Thread(target=self._write_loop, daemon=True),
@@ -138,22 +179,9 @@ class WorkerProcess:
             thread.start()
 
     def _job(self, tests: Path, limits: RunLimits, *, worker_cpu: float) -> JobSettings:
-        return JobSettings(
-            reference=str(self.layout.package_dir),
-            tests=str(tests),
-            hash_seed=self.hash_seed,
-            jobs=limits.jobs,
-            run_timeout=limits.run_timeout,
-            test_timeout=limits.test_timeout,
-            memory_bytes=limits.memory_bytes,
-            # The grading's two workers share its memory bound half and half.
-            memory_share=None if limits.memory_budget is None else limits.memory_budget // 2,
-            memory_bound=limits.memory_budget or 0,
-            conftests=limits.conftests,
-            isolate=self.isolate,
-            collect_timeout=limits.test_timeout,
-            max_tests=limits.max_tests,
-            private_tmp=self.sandbox.workdir is not None,
+        return job_settings(
+            limits, reference=str(self.layout.package_dir), tests=str(tests), hash_seed=self.hash_seed,
+            isolate=self.isolate, private_tmp=self.sandbox.workdir is not None,
             sandbox=self.sandbox.settings(budget=worker_cpu),
         )
 
@@ -201,7 +229,7 @@ class WorkerProcess:
             stop_at_first_kill=run.stop_at_first_kill,
             cpu_budget=cpu_budget,
             wall_budget=wall_budget,
-            timeout_floor=timeout_floor if timeout_floor is not None else self.limits.timeout_floor,
+            timeout_floor=timeout_floor if timeout_floor is not None else self.limits.limits.floor_s,
         )
         self._outbox.put(header.to_frame() + source + code)
 
@@ -330,7 +358,7 @@ class WorkerProcess:
 
 
 def close_all(workers: Iterable[WorkerProcess]) -> None:
-    """Close several workers, all going down at once (:func:`grader.sandbox.close_workers`)."""
+    """Close several workers, all going down at once (:func:`grader.sandbox.process.close_workers`)."""
     workers = list(workers)
     for worker in workers:
         worker.closed = True
@@ -338,7 +366,7 @@ def close_all(workers: Iterable[WorkerProcess]) -> None:
 
 
 def _silence_limit(limits: RunLimits) -> float:
-    return limits.run_timeout + _SILENCE_SLACK
+    return limits.limits.run_timeout_s + _SILENCE_SLACK
 
 
 def run_suites(

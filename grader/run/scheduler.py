@@ -32,7 +32,7 @@ from grader.core.matrix import BudgetStop, Matrix, needs_confirmation
 from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.core.paths import Layout
 from grader.run.runner import RunLimits, WorkerProcess, _Result, _silence_limit, close_all
-from grader.sandbox import SandboxMode
+from grader.sandbox.base import SandboxMode
 from grader.core.variants import Variant, VariantKind
 
 __all__ = ["RECHECK", "RECHECK_EVERY", "WorkerPool", "run_matrix"]
@@ -53,8 +53,9 @@ def _time_limits(references: Sequence[SuiteRun], tests: Sequence[str], limits: R
     for reference in references:
         for r in reference.results:
             took[r.test_id] = max(took.get(r.test_id, 0.0), r.duration)
+    bound = limits.limits
     return {
-        test: round(min(limits.test_timeout, max(limits.timeout_floor, limits.timeout_factor * took.get(test, 0.0))), 3)
+        test: round(min(bound.test_timeout_s, max(bound.floor_s, bound.timeout_factor * took.get(test, 0.0))), 3)
         for test in tests
     }
 
@@ -136,7 +137,7 @@ class _MatrixRun:
         self.owns = pooled is None  # a pool's workers outlive this grading, unless it goes wrong
         self.launched = launched  # started by the caller, who also closes them
         self.results: queue.Queue[_Result] = pooled[0].results if pooled else queue.Queue()
-        self.budget = _Budget(limits.cpu_budget, limits.wall_budget)
+        self.budget = _Budget(limits.limits.budget_cpu_s, limits.limits.budget_wall_s)
         self.first: dict[str, SuiteRun] = {}
         self.second: dict[str, SuiteRun] = {}
         self.stop: BudgetStop | None = None

@@ -1,11 +1,11 @@
 """The sandbox of a grader that is not root: user namespaces in place of the sandbox users.
 
-Root starts each worker as a sandbox user of its own (:mod:`grader.sandbox`, the uid layer). A
-user without root cannot switch uid; where the kernel allows unprivileged user namespaces,
-bubblewrap gives each worker new user, pid, net, ipc, uts and mount namespaces instead (the
-userns layer): the worker keeps the grader's uid, but sees no process but its own (and
-nothing of the machine's network), and no file but the system, read-only, the few folders it
-needs, read-only, and a private ``/tmp``. Its copy of the tests lives in a folder only the
+Root starts each worker as a sandbox user of its own (:mod:`grader.sandbox.users`, the uid
+layer). A user without root cannot switch uid; where the kernel allows unprivileged user
+namespaces, bubblewrap gives each worker new user, pid, net, ipc, uts and mount namespaces
+instead (the userns layer): the worker keeps the grader's uid, but sees no process but its own
+(and nothing of the machine's network), and no file but the system, read-only, the few folders
+it needs, read-only, and a private ``/tmp``. Its copy of the tests lives in a folder only the
 grader's user may read, mounted read-only in its namespaces. Seccomp and the rlimits are the
 same as root's: the kernel counts the processes of a user namespace against the limit set in
 it, so the process limit is the worker's own, whatever else the user runs. Everything in the
@@ -13,8 +13,9 @@ namespaces dies with its first process, which dies with bubblewrap (:class:`Name
 for that); what a grader killed outright leaves goes with the same user's next worker
 (:func:`remove_stale_workdirs`).
 
-This module knows nothing of the rest of the sandbox: :mod:`grader.sandbox` asks it what the
-kernel allows, which arguments bubblewrap takes, and hands it each worker's teardown.
+This module knows nothing of the rest of the sandbox: :mod:`grader.sandbox.status` asks it what
+the kernel allows, :mod:`grader.sandbox.bubblewrap` which arguments bubblewrap takes, and
+:mod:`grader.sandbox.process` hands it each worker's teardown.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from pathlib import Path
 
 __all__ = ["BWRAP_ARGS", "Namespaces", "kernel_refusal", "layer_detail", "remove_stale_workdirs"]
 
-# Before the namespaces and mounts of grader.sandbox. With no --cap-add the worker holds no
-# capability anywhere, its bounding set empty; nested user namespaces stay allowed (each run's
-# test process is born in namespaces of its own, see grader.worker.zygote).
+# Before the namespaces and mounts of grader.sandbox.bubblewrap. With no --cap-add the worker
+# holds no capability anywhere, its bounding set empty; nested user namespaces stay allowed (each
+# run's test process is born in namespaces of its own, see grader.worker.zygote).
 BWRAP_ARGS = ("--unshare-user",)
 
 # The switches of a kernel that refuse user namespaces to a process without privileges, with

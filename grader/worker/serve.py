@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.sandbox import ChildHardening, SandboxError, harden_worker
+from grader.sandbox.base import SandboxError
+from grader.sandbox.harden import ChildHardening, harden_worker
 from grader.core.protocol import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
 from grader.worker.boundary import Connection
 from grader.worker.child import TestSession
@@ -407,7 +408,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     from grader.worker.child import _only_own_descriptors, install_variant
     from grader.worker.impl import error_message, serve_implementation
 
-    from grader.sandbox import _libc_prctl
+    from grader.sandbox.harden import _libc_prctl
 
     _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker, from the start
     # The variant makes no reference cycles that matter in one run's life, and every collection

@@ -68,7 +68,7 @@ def isolated_fork() -> int:
     )
     if pid == 0:
         api.PyOS_AfterFork_Child()
-        from grader.sandbox import _libc_prctl
+        from grader.sandbox.harden import _libc_prctl
 
         _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the zygote, from the start
         return 0
@@ -96,7 +96,7 @@ def private_view(tests: str, tmp: str, tmp_bytes: int, uid: int, gid: int) -> No
     Raises:
         OSError: if a mapping or a mount is refused.
     """
-    from grader.sandbox import _libc_prctl
+    from grader.sandbox.harden import _libc_prctl
 
     # A non-dumpable process's /proc files are root's: dumpable just long enough to write its
     # own maps (it holds nothing of any run yet), then not again.
@@ -233,7 +233,7 @@ def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, st
            view: Callable[[str], None]) -> None:
     """The zygote's loop: fork on each request, report each child's end; leave when the worker
     closes its end."""
-    from grader.sandbox import _libc_prctl
+    from grader.sandbox.harden import _libc_prctl
 
     _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker
     devnull = os.open(os.devnull, os.O_RDONLY)

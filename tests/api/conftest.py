@@ -37,7 +37,7 @@ def free_port() -> int:
 
 def mutagrade(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "grader.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
+        [sys.executable, "-m", "api.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
     )
 
 
@@ -57,7 +57,7 @@ class Server:
     def start(self) -> None:
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grader.cli", "serve", "--port", str(self.port), "--log-level", self.log_level],
+            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port), "--log-level", self.log_level],
             env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + 60

@@ -114,11 +114,12 @@ def celery_grade():
     from celery.signals import worker_process_shutdown
 
     from api.celery_app import make_celery
+    from api.tasks import GRADE
 
     def make(url: str, **settings):
         app = make_celery(Settings(database_url=url, queue="celery", **settings))
         app.conf.task_always_eager = True
-        return app.mutagrade_tasks["grade"]
+        return app.tasks[GRADE]
 
     yield make
     worker_process_shutdown.send(sender=None)

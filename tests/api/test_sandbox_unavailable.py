@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-import grader.sandbox as sandbox
+import grader.sandbox.process as process
+import grader.sandbox.status as status
 from api import crud
 from api.config import Settings
 from api.db import Submission, make_engine, make_sessionmaker
 from api.jobs import GradingDeferred, grade_submission
 from api.migrate import upgrade
 from api.queue import LocalQueue
+from grader.sandbox.users import sandbox_users
 from tests.api.conftest import example_archive
 
 
@@ -36,13 +38,20 @@ def database(tmp_path: Path):
     return url, make_session, submission.id
 
 
+def _sandbox_users(monkeypatch, found) -> None:
+    """Make ``found`` the sandbox users this process sees, in each module that looks them up
+    (the worker's start first: it never sees users the check has not seen)."""
+    for module in (process, status):
+        monkeypatch.setattr(module, "sandbox_users", found)
+
+
 @pytest.fixture
 def no_sandbox_users(monkeypatch):
     """This process sees no sandbox user (its answer about the sandbox is asked afresh)."""
-    monkeypatch.setattr(sandbox, "sandbox_users", lambda: [])
-    sandbox._ANSWERS.clear()
+    _sandbox_users(monkeypatch, lambda: [])
+    status._ANSWERS.clear()
     yield
-    sandbox._ANSWERS.clear()
+    status._ANSWERS.clear()
 
 
 def _row(make_session, submission_id: int) -> Submission:
@@ -113,10 +122,10 @@ def test_a_regrade_gets_every_try_again(database, no_sandbox_users):
 def test_the_queue_waits_for_the_sandbox_and_then_grades(database, monkeypatch):
     url, make_session, submission_id = database
     settings = Settings(database_url=url, workers=2, sandbox_attempts=5, sandbox_retry_s=3.0)
-    users = sandbox.sandbox_users
-    monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.5)  # the answer is asked again this soon
-    monkeypatch.setattr(sandbox, "sandbox_users", lambda: [])
-    sandbox._ANSWERS.clear()
+    users = sandbox_users
+    monkeypatch.setattr(status, "RETRY_FAILED_PROBE_S", 0.5)  # the answer is asked again this soon
+    _sandbox_users(monkeypatch, lambda: [])
+    status._ANSWERS.clear()
     queue = LocalQueue(settings=settings, make_session=make_session)
     queue.start()
     try:
@@ -129,13 +138,13 @@ def test_the_queue_waits_for_the_sandbox_and_then_grades(database, monkeypatch):
             time.sleep(0.05)
             row = _row(make_session, submission_id)
             assert (row.status, row.attempts, row.claimed_by) == ("queued", 1, None)
-        monkeypatch.setattr(sandbox, "sandbox_users", users)  # the setup script has run meanwhile
+        _sandbox_users(monkeypatch, users)  # the setup script has run meanwhile
         deadline = time.monotonic() + 120
         while _row(make_session, submission_id).status != "done" and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
         queue.stop()
-        sandbox._ANSWERS.clear()
+        status._ANSWERS.clear()
     row = _row(make_session, submission_id)
     assert (row.status, row.attempts, row.sandbox_waits, row.error) == ("done", 2, 1, None)
     assert row.passed is True and json.loads(row.report_json)["passed"] is True
@@ -149,11 +158,12 @@ def celery_grade():
     from celery.signals import worker_process_shutdown
 
     from api.celery_app import make_celery
+    from api.tasks import GRADE
 
     def make(url: str, **settings):
         app = make_celery(Settings(database_url=url, queue="celery", **settings))
         app.conf.task_always_eager = True
-        return app.mutagrade_tasks["grade"]
+        return app.tasks[GRADE]
 
     yield make
     worker_process_shutdown.send(sender=None)
@@ -165,10 +175,10 @@ def test_a_celery_task_keeps_its_job_and_grades_it_once_the_sandbox_is_back(data
     import threading
 
     url, make_session, submission_id = database
-    users = sandbox.sandbox_users
-    monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.2)
-    monkeypatch.setattr(sandbox, "sandbox_users", lambda: [])
-    sandbox._ANSWERS.clear()
+    users = sandbox_users
+    monkeypatch.setattr(status, "RETRY_FAILED_PROBE_S", 0.2)
+    _sandbox_users(monkeypatch, lambda: [])
+    status._ANSWERS.clear()
     task = celery_grade(url, sandbox_retry_s=1.0, sandbox_attempts=5)
     seen: list[tuple[str, str | None, int]] = []
 
@@ -178,7 +188,7 @@ def test_a_celery_task_keeps_its_job_and_grades_it_once_the_sandbox_is_back(data
             time.sleep(0.02)
         row = _row(make_session, submission_id)
         seen.append((row.status, row.claimed_by, row.sandbox_waits))
-        monkeypatch.setattr(sandbox, "sandbox_users", users)
+        _sandbox_users(monkeypatch, users)
 
     helper = threading.Thread(target=setup_script_runs)
     helper.start()
@@ -188,7 +198,7 @@ def test_a_celery_task_keeps_its_job_and_grades_it_once_the_sandbox_is_back(data
         waited = time.monotonic() - started
     finally:
         helper.join()
-        sandbox._ANSWERS.clear()
+        status._ANSWERS.clear()
     assert (result.state, result.result) == ("SUCCESS", "graded")
     assert seen and seen[0][0] == "running" and seen[0][1] is not None and seen[0][2] == 1
     assert waited >= 1.0  # it waited for the sandbox to be checked again

@@ -22,7 +22,7 @@ import pytest
 from celery.utils.nodenames import host_format
 
 from api.config import Settings
-from grader.cli import build_parser
+from api.cli import build_parser
 from tests.api.conftest import example_archive, tar_gz, wait_done
 from tests.deploy.conftest import (
     DOCKERFILE,
@@ -187,13 +187,13 @@ def test_compose_equivalent_on_loopback(tmp_path: Path, postgres: PostgresServer
         ping = mutagrade_args(_health_command(services["worker-cpu"]))
         for name in ("cpu-a", "cpu-b"):
             answered = subprocess.run(
-                [sys.executable, "-m", "grader.cli", *with_option(ping, "--hostname", f"{name}@%h")],
+                [sys.executable, "-m", "api.cli", *with_option(ping, "--hostname", f"{name}@%h")],
                 env=live.env, capture_output=True, text=True, timeout=60,
             )
             assert answered.returncode == 0, answered.stderr
             assert f"{host_format(name + '@%h')}: ok" in answered.stdout
         nobody = subprocess.run(
-            [sys.executable, "-m", "grader.cli", *with_option(ping, "--hostname", "nobody@%h")],
+            [sys.executable, "-m", "api.cli", *with_option(ping, "--hostname", "nobody@%h")],
             env=live.env, capture_output=True, text=True, timeout=60,
         )
         assert nobody.returncode == 1, "a worker that is not there must fail its health check"

@@ -6,14 +6,15 @@ import pytest
 
 from grader.core.assignment import AssignmentError, load_assignment
 from grader.core.paths import default_layout
+from grader.run.runner import RunLimits
 
 
 def test_the_shipped_assignment_has_the_course_threshold():
     assignment = load_assignment(default_layout().assignment)
     assert assignment.threshold == 0.70
     assert assignment.allow_invalid_tests is False
-    limits = assignment.run_limits(jobs=1)
-    assert limits.jobs == 1 and limits.test_timeout == assignment.limits.test_timeout_s
+    limits = RunLimits.of(assignment, jobs=1)
+    assert limits.jobs == 1 and limits.limits == assignment.limits and limits.limits.test_timeout_s == 10.0
 
 
 @pytest.mark.parametrize(

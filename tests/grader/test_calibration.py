@@ -61,3 +61,28 @@ def test_exports_run_under_plain_pytest(tmp_path):
             assert code == 1, f"{vid} passed the course tests under plain pytest:\n{tail}"
         else:
             assert code == 0, f"{vid} failed the course tests under plain pytest:\n{tail}"
+
+
+def test_calibration_runs_under_the_assignments_limits(tmp_path, monkeypatch):
+    """The course tests are calibrated under the limits students' suites are graded under."""
+    import grader.flows.calibration as calibration
+    from grader.core.assignment import load_assignment
+    from grader.core.paths import Layout
+
+    (tmp_path / "mutants").mkdir()
+    text = LAYOUT.assignment.read_text()
+    (tmp_path / "mutants" / "assignment.toml").write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
+    layout = Layout(tmp_path)
+    seen = []
+
+    def run_matrix(*, limits, **_):
+        seen.append(limits)
+        raise RuntimeError("stopped here")
+
+    monkeypatch.setattr(calibration, "build_variants", lambda _: [])
+    monkeypatch.setattr(calibration, "run_matrix", run_matrix)
+    with pytest.raises(RuntimeError, match="stopped here"):
+        calibrate(layout)
+    [limits] = seen
+    assert limits.limits == load_assignment(layout.assignment).limits and limits.limits.test_timeout_s == 1.0
+    assert limits.conftests  # the course's own tests

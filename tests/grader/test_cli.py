@@ -215,10 +215,10 @@ def test_grade_starts_its_workers_before_reading_the_rest_of_the_command_line(mo
 
 def test_grade_with_a_bad_option_starts_no_worker(capsys, monkeypatch):
     import grader.cli as cli
-    import grader.sandbox as sandbox
+    import grader.sandbox.process as process
 
     claimed: list[str] = []
-    record_calls(monkeypatch, claimed, user=(sandbox, "_claim_user"))
+    record_calls(monkeypatch, claimed, user=(process, "_claim_user"))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["grade", str(EXAMPLE), "--format", "pdf"])
     assert exit_.value.code == 2

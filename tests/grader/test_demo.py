@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from grader.flows.demo import demo_sandbox
-from grader.sandbox import Layer, LayerStatus, SandboxMode, SandboxStatus, sandbox_status
+from grader.sandbox.base import Layer, LayerStatus, SandboxMode, SandboxStatus
+from grader.sandbox.status import sandbox_status
 
 
 def _status(*, inactive: set[Layer]) -> SandboxStatus:

@@ -21,10 +21,13 @@ from grader.core.journal import (
     sha256_bytes,
     verify_journal,
 )
+from grader.core.assignment import load_assignment
 from grader.core.paths import default_layout
+from grader.run.runner import RunLimits
 
 LAYOUT = default_layout()
 STUDENT = LAYOUT.examples / "student"
+LIMITS = RunLimits.of(load_assignment(LAYOUT.assignment))  # grading replays under these
 TESTS = Path("python") / "tests" / "l3-3-gru"
 
 
@@ -40,7 +43,7 @@ def journal_of(repo: Path) -> Path:
 
 
 def verify(repo: Path, tests: Path | None = None):
-    return verify_journal(journal_of(repo), tests or repo / TESTS, layout=LAYOUT)
+    return verify_journal(journal_of(repo), tests or repo / TESTS, layout=LAYOUT, limits=LIMITS)
 
 
 def rewrite(repo: Path, change) -> None:

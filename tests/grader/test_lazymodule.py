@@ -16,7 +16,7 @@ from grader.core.assignment import Assignment, Limits
 from grader.flows.grading import grade_suite
 from grader.core.models import TestStatus
 from grader.core.paths import default_layout
-from grader.sandbox import _WORKER_BOOTSTRAP, _worker_command
+from grader.sandbox.process import _WORKER_BOOTSTRAP, _worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = default_layout()

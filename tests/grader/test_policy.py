@@ -432,7 +432,7 @@ def test_every_module_an_allowed_module_exposes_is_rejected_or_harmless():
         for line in _modules_exposed_by_allowed_modules()
         if line.rpartition(" -> ")[2] not in harmless
     }
-    assert exposed == set(), "add these attribute names to _MODULE_ATTRIBUTES in grader/core/policy.py"
+    assert exposed == set(), "add these attribute names to _MODULE_ATTRIBUTES in grader/core/policy_code.py"
 
 
 # ---------------------------------------------------------------------------- whole suites

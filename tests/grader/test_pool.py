@@ -11,6 +11,7 @@ from grader.core.assignment import load_assignment
 from grader.flows.grading import grade_suite
 from grader.core.models import Outcome, TestStatus
 from grader.core.paths import default_layout
+from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
 
 LAYOUT = default_layout()
@@ -71,7 +72,7 @@ def _same(report, fresh) -> None:
 
 
 def test_a_pool_grades_one_submission_after_another_as_fresh_workers_do(tmp_path, fresh_report):
-    with WorkerPool(layout=LAYOUT, limits=ASSIGNMENT.run_limits()) as pool:
+    with WorkerPool(layout=LAYOUT, limits=RunLimits.of(ASSIGNMENT)) as pool:
         first = _grade(EXAMPLE, pool)
         workers = pool._pair
         leaving = _grade(_suite(tmp_path / "a", LEAVES), pool, policy=False)
@@ -89,9 +90,9 @@ def test_a_pool_grades_one_submission_after_another_as_fresh_workers_do(tmp_path
 def test_a_pool_replaces_its_workers_after_a_grading_that_went_wrong(tmp_path, fresh_report):
     tight = ASSIGNMENT.model_copy(update={"limits": ASSIGNMENT.limits.model_copy(update={"budget_cpu_s": 2.0})})
     burn = _suite(tmp_path / "burn", "def test_burns():\n    n = 0\n    for _ in range(10**9):\n        n += 1\n")
-    with WorkerPool(layout=LAYOUT, limits=tight.run_limits()) as pool:
+    with WorkerPool(layout=LAYOUT, limits=RunLimits.of(tight)) as pool:
         stopped = grade_suite(burn, layout=LAYOUT, assignment=tight, pool=pool)
-        assert stopped.reasons[0].startswith("grading budget of 2 CPU s exceeded"), stopped.reasons
+        assert str(stopped.reasons[0]).startswith("grading budget of 2 CPU s exceeded"), stopped.reasons
         assert pool._pair is None or any(w.closed for w in pool._pair)
         after = grade_suite(EXAMPLE, layout=LAYOUT, assignment=tight, audience="staff", pool=pool)
     _same(after, fresh_report)

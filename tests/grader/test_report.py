@@ -502,3 +502,60 @@ def test_a_suite_with_no_tests_still_renders(fmt: str) -> None:
     )
     document = render(empty, fmt)
     assert "no tests were collected" in document.lower()
+
+
+# ------------------------------------------------------------------ lines naming variants
+def test_a_line_naming_variants_is_data_in_json_and_words_in_every_other_format(failing: Report) -> None:
+    from grader.core.models import Mention
+
+    required = Mention.of(["required mutant(s) not killed: ", ", ", ""], ["s02", "hidden mutant 1"])
+    crashed = Mention.of(["", ": the child died: {shape} differs"], ["s02"])
+    report = failing.model_copy(update={"reasons": [required, "1 test is brittle"], "problems": [crashed]})
+    data = json.loads(render(report, "json"))
+    assert data["reasons"] == [
+        {"text": "required mutant(s) not killed: {}, {}", "variants": ["s02", "hidden mutant 1"]},
+        "1 test is brittle",
+    ]
+    assert data["problems"] == [{"text": "{}: the child died: {{shape}} differs", "variants": ["s02"]}]
+    assert Report.model_validate_json(render(report, "json")) == report
+    assert str(crashed) == "s02: the child died: {shape} differs"
+    assert crashed.renamed({"s02": "hidden mutant 2"}).variants == ["hidden mutant 2"]
+    for fmt in ("text", "github", "junit", "gradescope", "html"):
+        document = render(report, fmt)
+        assert "required mutant(s) not killed: s02, hidden mutant 1" in document, fmt
+        assert "s02: the child died: {shape} differs" in document, fmt
+
+
+@pytest.mark.parametrize(
+    "text, variants",
+    [("{}: x", []), ("no field", ["s02"]), ("{0}: x", ["s02"]), ("{}: {!r}", ["s02", "s03"]), ("{: x", ["s02"])],
+)
+def test_a_line_naming_variants_has_one_bare_field_per_variant(text: str, variants: list[str]) -> None:
+    from pydantic import ValidationError
+
+    from grader.core.models import Mention
+
+    with pytest.raises(ValidationError, match="text"):
+        Mention(text=text, variants=variants)
+
+
+# ------------------------------------------------------------------ the local check's words
+def test_the_local_check_words_its_sections_as_the_text_report_does(failing: Report) -> None:
+    from grader.core.models import CourseTestResult, ImplementationCheck
+    from grader.flows.student_check import LocalCheck, render_local_check
+
+    implementation = ImplementationCheck(
+        checked=True, ok=False, implementation="impl",
+        tests=[CourseTestResult(id="t.py::test_a", outcome=F, message="first line\nsecond line"),
+               CourseTestResult(id="t.py::test_b", outcome=P)],
+        problems=["the run crashed"],
+    )
+    policy = PolicySummary(ok=False, violations=["t.py:1:0: import of 'os', ..."], violations_omitted=2)
+    journal = JournalSummary(checked=True, ok=False, problems=["entry 2: green before red"], entries=2)
+    local = render_local_check(LocalCheck(policy=policy, implementation=implementation, journal=journal)).splitlines()
+    text = render_text(failing.model_copy(
+        update={"policy": policy, "implementation": implementation, "journal": journal})).splitlines()
+    assert "Implementation impl: FAILS, 1/2 course tests pass (fixture goldens; torch not installed)" in local
+    assert "  * t.py::test_a: failed: first line" in local and "      second line" in local
+    assert "Policy: VIOLATED (3)" in local and "Journal: NOT VERIFIED" in local
+    assert all(line in text for line in local), [line for line in local if line not in text]

@@ -174,7 +174,7 @@ def _told_apart(report: Report) -> str:
              for t in report.tests]
     return (f"the suite told {report.score.killed} mutant(s) from the reference without their outputs: "
             + "; ".join(kills) + "\n  its tests: " + "; ".join(tests)
-            + ("\n  problems: " + "; ".join(report.problems) if report.problems else ""))
+            + ("\n  problems: " + "; ".join(map(str, report.problems)) if report.problems else ""))
 
 
 def _assert_kills_nothing(report: Report) -> None:

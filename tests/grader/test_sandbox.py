@@ -21,33 +21,35 @@ import pytest
 
 from grader.core.models import Outcome, SuiteRun, WorkerRun
 from grader.core.paths import default_layout
-from grader import sandbox
 from grader.run.runner import RunLimits, WorkerProcess
-from grader.sandbox import (
-    CHILD_SYSCALLS,
+from grader.sandbox.base import (
     Layer,
     LayerStatus,
     SandboxLimits,
     SandboxMode,
     SandboxStatus,
     SandboxUnavailable,
+)
+from grader.sandbox.seccomp import CHILD_SYSCALLS, child_syscalls_here
+from grader.sandbox.status import check_mode, doctor_lines, sandbox_status
+from grader.sandbox.users import (
     SandboxUser,
     _claim_user,
+    _kill_pid,
+    _kill_user,
+    _kill_users,
     _lock_user,
-    check_mode,
-    child_syscalls_here,
-    doctor_lines,
-    sandbox_status,
+    _processes_of,
+    _uids_of,
     sandbox_users,
     user_processes,
 )
 from tests.calls import record_calls
+from tests.limits import unbudgeted
 
 LAYOUT = default_layout()
 REFERENCE = LAYOUT.gru_source.read_text()
-LIMITS = RunLimits(
-    run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=1, sandbox=SandboxMode.STRICT
-)
+LIMITS = unbudgeted(run_timeout_s=12.0, test_timeout_s=2.0, memory_mb=1024, jobs=1, sandbox=SandboxMode.STRICT)
 SECRET = "TOPSECRET-4f1c9"
 ENV_SECRET = "ENVSECRET-77d2a"
 
@@ -319,7 +321,7 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
     body = ATTACKS[attack].format(**values)
     _write_suite(tests, HEADER + "\n\ndef test_hostile():" + body)
     # The grader's own code the attacks aim at (not all of grader/: it may be edited meanwhile).
-    code = [LAYOUT.root / "grader" / name for name in ("worker/serve.py", "worker/child.py", "sandbox/__init__.py", "run/runner.py")]
+    code = [LAYOUT.root / "grader" / name for name in ("worker/serve.py", "worker/child.py", "sandbox", "run/runner.py")]
     watched = [*code, LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
     before = _digest(watched)
     # The next submission's worker starts alongside, as the grader starts its workers ahead:
@@ -450,8 +452,8 @@ def test_two():
         WorkerRun(variant="hostile", source=REFERENCE + "\nHOSTILE = True\n"),
         WorkerRun(variant="reference", source=REFERENCE),
     ]
-    hostile, reference = _run(tests, runs, limits=RunLimits(
-        run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=2, sandbox=SandboxMode.STRICT,
+    hostile, reference = _run(tests, runs, limits=unbudgeted(
+        run_timeout_s=12.0, test_timeout_s=2.0, memory_mb=1024, jobs=2, sandbox=SandboxMode.STRICT,
     ))
     assert reference.crashed == "" and [r.outcome for r in reference.results] == [Outcome.PASSED] * 2
     assert hostile.variant == "hostile" and all(r.outcome is not Outcome.PASSED for r in hostile.results)
@@ -478,7 +480,7 @@ def test_descriptors():
     assert False, repr(kinds)
 '''
     runs = [WorkerRun(variant=name, source=REFERENCE) for name in ("reference", "twin")]
-    limits = RunLimits(run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=2, sandbox=SandboxMode.STRICT)
+    limits = unbudgeted(run_timeout_s=12.0, test_timeout_s=2.0, memory_mb=1024, jobs=2, sandbox=SandboxMode.STRICT)
     for run in _run(_write_suite(tmp_path / "tests", suite), runs, limits=limits):
         kinds = ast.literal_eval(run.results[0].message.split("AssertionError: ")[-1].splitlines()[0])
         assert [k for k, *_ in kinds.values()].count("socket") == 1, kinds  # its own report socket
@@ -489,8 +491,8 @@ def test_descriptors():
 
 def test_a_run_that_cannot_start_is_reported_as_such(tmp_path):
     """A process limit the worker itself fills: no child can be forked, and each run says so."""
-    limits = RunLimits(
-        run_timeout=12.0, test_timeout=2.0, memory_bytes=1024**3, jobs=1, sandbox=SandboxMode.STRICT,
+    limits = unbudgeted(
+        run_timeout_s=12.0, test_timeout_s=2.0, memory_mb=1024, jobs=1, sandbox=SandboxMode.STRICT,
         sandbox_limits=SandboxLimits(processes=1),
     )
     [run] = _run(_write_suite(tmp_path / "tests", NORMAL), limits=limits)
@@ -531,12 +533,15 @@ KILLED_GRADER = '''
 import sys, time
 from pathlib import Path
 from grader.core.paths import default_layout
+from grader.core.assignment import Limits
 from grader.run.runner import RunLimits, WorkerProcess
-from grader.sandbox import SandboxMode, user_processes
+from grader.sandbox.base import SandboxMode
+from grader.sandbox.users import user_processes
 
 worker = WorkerProcess(
     layout=default_layout(), tests_dir=Path(sys.argv[1]), hash_seed=1,
-    limits=RunLimits(jobs=1, sandbox=SandboxMode.STRICT),
+    limits=RunLimits(limits=Limits(test_timeout_s=20.0, budget_cpu_s=None, budget_wall_s=None, budget_memory_mb=None),
+                     jobs=1, sandbox=SandboxMode.STRICT),
 )
 uid = worker.sandbox.user.uid
 while not user_processes(uid):  # the worker is up: bubblewrap has tied it to this process
@@ -625,7 +630,7 @@ def test_a_call_off_the_childrens_allow_list_fails_its_own_test_with_eperm(tmp_p
 
 def test_without_the_sandbox_the_same_calls_go_through(tmp_path):
     """The control: what refused the calls above is the children's filter, not the kernel."""
-    limits = RunLimits(run_timeout=12.0, test_timeout=2.0, jobs=1, sandbox=SandboxMode.NONE)
+    limits = unbudgeted(run_timeout_s=12.0, test_timeout_s=2.0, jobs=1, sandbox=SandboxMode.NONE)
     [run] = _run(_write_suite(tmp_path / "tests", UNLISTED), limits=limits)
     by_name = {r.test_id.split("::")[1]: r for r in run.results}
     for name in (*REFUSED, "test_after_the_refusals"):
@@ -807,11 +812,13 @@ def test_legitimate_tests_pass_in_children_under_the_allow_list(tmp_path):
 
 FILTER_IN_A_PROCESS = '''
 import ctypes, os, sys
-from grader import sandbox
+from grader.core.protocol import WorkerSandbox
+from grader.sandbox.harden import ChildHardening
+from grader.sandbox.seccomp import _libseccomp
 
-hardening = sandbox.ChildHardening(
-    settings=sandbox.WorkerSandbox(seccomp=True), run_timeout=5.0,
-    libseccomp=sandbox._libseccomp(), allow_list=sys.argv[1] == "allow",
+hardening = ChildHardening(
+    settings=WorkerSandbox(seccomp=True), run_timeout=5.0,
+    libseccomp=_libseccomp(), allow_list=sys.argv[1] == "allow",
 )
 hardening.apply()
 libc = ctypes.CDLL(None, use_errno=True)
@@ -855,11 +862,11 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
     instead of before it; the workers are the ones the probe's answer calls for, and they get
     nothing to run before that answer is in."""
     import grader.run.launch as launch
-    import grader.sandbox as sandbox
+    import grader.sandbox.status as status
 
     order: list[str] = []
-    record_calls(monkeypatch, order, probe=(sandbox, "_probe_bubblewrap"), worker=(launch, "start_worker"))
-    sandbox._ANSWERS.clear()  # forget this process's earlier answer
+    record_calls(monkeypatch, order, probe=(status, "_probe_bubblewrap"), worker=(launch, "start_worker"))
+    status._ANSWERS.clear()  # forget this process's earlier answer
     launched = launch.launch_grading(layout=LAYOUT, tests_dir=LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru",
                                      mode=SandboxMode.STRICT)
     try:
@@ -888,7 +895,7 @@ def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
     answer, kept for the life of the process, refused every later submission."""
     import threading
 
-    import grader.sandbox as sandbox
+    import grader.sandbox.status as status
 
     users = sandbox_users()
     assert users, "the sandbox users are set up by make test (scripts/setup-sandbox.sh)"
@@ -899,7 +906,7 @@ def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
 
     def claims() -> None:
         while not stop.is_set():
-            sandbox._kill_user(claim.user.uid)
+            _kill_user(claim.user.uid)
 
     killer = threading.Thread(target=claims)
     killer.start()
@@ -909,7 +916,7 @@ def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
         stop.set()
         killer.join()
         claim.release()
-        sandbox._ANSWERS.clear()
+        status._ANSWERS.clear()
     assert [a.detail for a in answers if not a.active] == []
 
 
@@ -917,20 +924,21 @@ def test_a_failed_bubblewrap_probe_is_tried_again_after_a_while(monkeypatch):
     """A long-running process (the service) keeps the sandbox's answer; a failed bubblewrap run
     is kept only for RETRY_FAILED_PROBE_S, then tried again, so that a passing failure does not
     refuse every grading until a restart."""
-    import grader.sandbox as sandbox
+    import grader.sandbox.bubblewrap as bubblewrap
+    import grader.sandbox.status as status
 
-    real = sandbox._bubblewrap_probe
+    real = bubblewrap._bubblewrap_probe
     assert real()[0] is not None, real()[1]  # bubblewrap is set up by make test
-    monkeypatch.setattr(sandbox, "_bubblewrap_probe", _failing_here(real))
+    monkeypatch.setattr(bubblewrap, "_bubblewrap_probe", _failing_here(real))
     assert not sandbox_status(fresh=True).active(Layer.BUBBLEWRAP)
-    monkeypatch.setattr(sandbox, "_bubblewrap_probe", real)  # it works again
+    monkeypatch.setattr(bubblewrap, "_bubblewrap_probe", real)  # it works again
     try:
         assert not sandbox_status().active(Layer.BUBBLEWRAP)  # kept for a while
-        monkeypatch.setattr(sandbox, "RETRY_FAILED_PROBE_S", 0.0)
+        monkeypatch.setattr(status, "RETRY_FAILED_PROBE_S", 0.0)
         assert sandbox_status().active(Layer.BUBBLEWRAP)  # then tried again
-        assert sandbox.provisional_status().active(Layer.BUBBLEWRAP)
+        assert status.provisional_status().active(Layer.BUBBLEWRAP)
     finally:
-        sandbox._ANSWERS.clear()
+        status._ANSWERS.clear()
 
 
 def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
@@ -938,11 +946,11 @@ def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
     one bubblewrap probe answers them all."""
     import threading
 
-    import grader.sandbox as sandbox
+    import grader.sandbox.status as status
 
     order: list[str] = []
-    record_calls(monkeypatch, order, probe=(sandbox, "_probe_bubblewrap"))
-    sandbox._ANSWERS.clear()
+    record_calls(monkeypatch, order, probe=(status, "_probe_bubblewrap"))
+    status._ANSWERS.clear()
     answers: list[SandboxStatus] = []
     threads = [threading.Thread(target=lambda: answers.append(sandbox_status())) for _ in range(4)]
     for thread in threads:
@@ -955,21 +963,23 @@ def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
 
 def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_probe_fails(monkeypatch):
     import grader.run.launch as launch
-    import grader.sandbox as sandbox
+    import grader.sandbox.bubblewrap as bubblewrap
+    import grader.sandbox.process as process
+    import grader.sandbox.status as status
 
-    monkeypatch.setattr(sandbox, "_bubblewrap_probe", _failing_here(sandbox._bubblewrap_probe))
-    sandbox._ANSWERS.clear()
+    monkeypatch.setattr(bubblewrap, "_bubblewrap_probe", _failing_here(bubblewrap._bubblewrap_probe))
+    status._ANSWERS.clear()
     tests = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
     try:
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
         # The answer is known now: a later grading in this process does not guess again.
         order: list[str] = []
-        record_calls(monkeypatch, order, worker=(sandbox, "_claim_user"))
+        record_calls(monkeypatch, order, worker=(process, "_claim_user"))
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
         assert order == []  # refused before any worker was started
-        if sandbox.sandbox_status().missing(SandboxMode.AUTO):
+        if status.sandbox_status().missing(SandboxMode.AUTO):
             # Here the uid layer needs bubblewrap too (the interpreter lies under a closed home).
             with pytest.raises(SandboxUnavailable, match="mode auto needs"):
                 launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.AUTO)
@@ -986,9 +996,9 @@ def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_pr
             # The workers started ahead are gone, every process of their users with them (other
             # sandbox users may be grading something else meanwhile: only these two are asked).
             for user in users:
-                assert sandbox.user_processes(user.uid) == []
+                assert user_processes(user.uid) == []
     finally:
-        sandbox._ANSWERS.clear()
+        status._ANSWERS.clear()
 
 
 def test_a_grading_finds_the_same_layers_without_the_doctors_descriptions():
@@ -1036,7 +1046,7 @@ def test_who():
     assert False, f"uid={os.getuid()} cwd={os.getcwd()}"
 '''
     tests = _write_suite(tmp_path / "tests", suite)
-    [run] = _run(tests, limits=RunLimits(run_timeout=12.0, test_timeout=2.0, jobs=1, sandbox=SandboxMode.NONE))
+    [run] = _run(tests, limits=unbudgeted(run_timeout_s=12.0, test_timeout_s=2.0, jobs=1, sandbox=SandboxMode.NONE))
     assert f"uid={os.getuid()} cwd={tests}" in run.results[0].message
 
 
@@ -1057,7 +1067,7 @@ def _two_users_held():
 
 def test_the_uid_scan_reads_each_process_uids_and_passes_over_zombies():
     own = os.getresuid()
-    assert sandbox._uids_of(os.getpid()) == own
+    assert _uids_of(os.getpid()) == own
     first, second = _two_users_held()
     sleeper = _sleeping_as(first.user)
     zombie = os.fork()
@@ -1065,15 +1075,15 @@ def test_the_uid_scan_reads_each_process_uids_and_passes_over_zombies():
         os._exit(0)
     try:
         deadline = time.monotonic() + 10.0
-        while sandbox._uids_of(sleeper.pid) != (first.user.uid,) * 3 and time.monotonic() < deadline:
+        while _uids_of(sleeper.pid) != (first.user.uid,) * 3 and time.monotonic() < deadline:
             time.sleep(0.01)  # setpriv has not changed its uids yet
-        assert sandbox._uids_of(sleeper.pid) == (first.user.uid,) * 3
-        assert sandbox._processes_of({first.user.uid}) == [sleeper.pid]
-        assert sandbox._processes_of({second.user.uid}) == []
+        assert _uids_of(sleeper.pid) == (first.user.uid,) * 3
+        assert _processes_of({first.user.uid}) == [sleeper.pid]
+        assert _processes_of({second.user.uid}) == []
         while Path(f"/proc/{zombie}/status").read_text().split("State:")[1].split()[0] != "Z":
             time.sleep(0.01)
-        assert sandbox._uids_of(zombie) == ()  # exited, not yet reaped: not a live process
-        assert sandbox._uids_of(2**22 + 1) == ()  # no such process
+        assert _uids_of(zombie) == ()  # exited, not yet reaped: not a live process
+        assert _uids_of(2**22 + 1) == ()  # no such process
     finally:
         os.waitpid(zombie, 0)
         sleeper.kill()
@@ -1100,9 +1110,9 @@ def test_a_process_whose_first_thread_ended_is_still_found_and_killed():
             time.sleep(0.01)
         status = Path(f"/proc/{leader.pid}/status").read_text()
         assert "\nState:\tZ" in status and "\nThreads:\t2" in status
-        assert sandbox._uids_of(leader.pid) == os.getresuid()
-        assert leader.pid in sandbox._processes_of({os.getuid()})
-        sandbox._kill_pid(leader.pid, {os.getuid()})
+        assert _uids_of(leader.pid) == os.getresuid()
+        assert leader.pid in _processes_of({os.getuid()})
+        _kill_pid(leader.pid, {os.getuid()})
         assert leader.wait(timeout=10) == -9
     finally:
         leader.kill()
@@ -1116,11 +1126,11 @@ def test_one_pass_kills_the_processes_of_several_users():
     try:
         uids = {first.user.uid, second.user.uid}
         deadline = time.monotonic() + 10.0
-        while len(sandbox._processes_of(uids)) < 3 and time.monotonic() < deadline:
+        while len(_processes_of(uids)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert sorted(sandbox._processes_of(uids)) == sorted(s.pid for s in sleepers)
-        sandbox._kill_users(uids)
-        assert sandbox._processes_of(uids) == []
+        assert sorted(_processes_of(uids)) == sorted(s.pid for s in sleepers)
+        _kill_users(uids)
+        assert _processes_of(uids) == []
         assert [s.wait(timeout=10) for s in sleepers] == [-9, -9, -9]
     finally:
         for s in sleepers:

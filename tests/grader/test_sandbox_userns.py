@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from grader.core.paths import default_layout
-from grader.sandbox import Layer, LayerStatus, SandboxMode, SandboxStatus, user_processes
+from grader.sandbox.base import Layer, LayerStatus, SandboxMode, SandboxStatus
+from grader.sandbox.users import user_processes
 from grader.sandbox.userns import kernel_refusal, layer_detail
 
 LAYOUT = default_layout()
@@ -273,15 +274,16 @@ from pathlib import Path
 
 from grader.core.assignment import load_assignment
 from grader.flows.grading import grade_suite
+from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
 from grader.core.paths import default_layout
-from grader.sandbox import user_processes
+from grader.sandbox.users import user_processes
 
 before = set(user_processes(os.getuid()))  # this user's own (the tests' runner among them)
 layout = default_layout()
 assignment = load_assignment(layout.assignment)
 example, leaves = Path(sys.argv[1]), Path(sys.argv[2])
-with WorkerPool(layout=layout, limits=assignment.run_limits()) as pool:
+with WorkerPool(layout=layout, limits=RunLimits.of(assignment)) as pool:
     reports = [grade_suite(suite, layout=layout, assignment=assignment, pool=pool, policy=suite != leaves)
                for suite in (example, leaves, example)]
     workers = [worker.sandbox for worker in pool._pair]

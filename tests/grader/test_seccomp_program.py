@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from grader.sandbox import (
-    ChildHardening,
-    WorkerSandbox,
+from grader.core.protocol import WorkerSandbox
+from grader.sandbox.harden import ChildHardening
+from grader.sandbox.seccomp import (
     _child_allow_filter,
     _export_bpf,
     _libseccomp,

@@ -64,7 +64,7 @@ def test_error_wording():
 def mutagrade(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
               timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "grader.cli", *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "api.cli", *args], capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "OPENBLAS_NUM_THREADS": "1", **(env or {})}, cwd=cwd or LAYOUT.root,
     )
 

@@ -113,3 +113,75 @@ def test_status_without_a_journal_says_what_to_do(repo):
     done = tdd(repo, "status")
     assert done.returncode == 0
     assert "No journal yet" in done.stdout and "mutagrade tdd red" in done.stdout
+
+
+# A test right on the reference, but seconds of work: past a 1 s test limit, well within 20 s.
+SLOW = HAND + "    n = 0\n    for _ in range(2 * 10**8):\n        n += 1\n"
+
+
+@pytest.fixture
+def tight_root(tmp_path: Path) -> Path:
+    """A checkout whose assignment gives each test 1 s (the reference and course tests as shipped)."""
+    root = tmp_path / "course"
+    shutil.copytree(LAYOUT.reference, root / "reference", ignore=shutil.ignore_patterns("__pycache__"))
+    text = LAYOUT.assignment.read_text()
+    assert "test_timeout_s = 10.0" in text
+    (root / "mutants").mkdir()
+    (root / "mutants" / "assignment.toml").write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
+    return root
+
+
+def _slow_red(repo: Path, run) -> None:
+    (repo / TEST_FILE).write_text(SLOW)
+    edit(repo, GRU, *SWAPPED)
+    done = run("red")
+    assert done.returncode == 0 and "red recorded (entry 1)" in done.stdout, done.stdout + done.stderr
+    edit(repo, GRU, SWAPPED[1], SWAPPED[0])
+
+
+def test_tdd_green_times_out_a_test_past_the_assignments_limit_as_the_replay_does(repo, tight_root):
+    # The journal's replay runs each test under the assignment's limit: a green that passes only
+    # under a longer one would be recorded, then refused at grading.
+    def run(phase: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "grader.cli", "--root", str(tight_root), "tdd", phase, "--repo", str(repo)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        )
+
+    _slow_red(repo, run)
+    before = journal(repo)
+    done = run("green")
+    assert done.returncode == 1, done.stdout
+    assert "not every test passes yet: test_gru.py::test_hand_example_gru_cell (timeout)" in done.stderr, done.stderr
+    assert journal(repo) == before
+
+
+def test_the_student_commands_take_the_courses_assignment_limit(repo, tight_root, monkeypatch, capsys):
+    from grader import student_cli
+
+    monkeypatch.setattr(student_cli, "COURSE", tight_root)
+
+    def run(phase: str) -> subprocess.CompletedProcess:
+        code = student_cli.main(["tdd", phase, "--repo", str(repo)])
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess([], code, out, err)
+
+    _slow_red(repo, run)
+    done = run("green")
+    assert done.returncode == 1, done.stdout
+    assert "test_gru.py::test_hand_example_gru_cell (timeout)" in done.stderr, done.stderr
+
+    # `check` replays the journal and runs the course tests under the same limit.
+    from grader.flows import student_check
+
+    seen = []
+
+    def check_implementation(impl_dir, *, layout, limits, live=None):
+        seen.append(limits)
+        raise RuntimeError("stopped here: the limits are what this test is about")
+
+    monkeypatch.setattr(student_check, "check_implementation", check_implementation)
+    student_cli.main(["check", str(repo)])
+    assert "stopped here" in capsys.readouterr().err
+    [limits] = seen
+    assert limits.limits.test_timeout_s == 1.0

@@ -18,7 +18,8 @@ import pytest
 
 from grader.core.models import WorkerRun
 from grader.core.paths import default_layout
-from grader.run.runner import RunLimits, WorkerProcess
+from grader.run.runner import WorkerProcess
+from tests.limits import unbudgeted
 from grader.core.variants import VariantKind, build_variants
 
 LAYOUT = default_layout()
@@ -174,7 +175,7 @@ def _runs_processes(worker: int) -> tuple[list[int], list[int]]:
 def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(tmp_path, sandbox):
     chosen = [v for v in VARIANTS if v.id in ("reference", "w01", "s02", "s04")]
     tests = _waiting_suite(tmp_path / "tests")
-    limits = RunLimits(sandbox=sandbox, test_timeout=60.0, run_timeout=120.0, jobs=len(chosen))
+    limits = unbudgeted(sandbox=sandbox, test_timeout_s=60.0, run_timeout_s=120.0, jobs=len(chosen))
     worker = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=limits, hide_source=True)
     try:
         for variant in chosen:
@@ -285,7 +286,7 @@ def test_no_report_holds_a_line_of_any_variant(tmp_path):
                          audience="staff", full_matrix=True)
     from grader.core.scoring import student_view
 
-    assert any("test_leak_at_import" in p for p in report.problems), report.problems
+    assert any("test_leak_at_import" in str(p) for p in report.problems), report.problems
     staff = render(report, "json") + render(report, "text")
     student = render(student_view(report, VARIANTS), "json") + render(student_view(report, VARIANTS), "text")
     assert "test_leak.py::test_leak_in_the_message[0]" in staff and "test_leak.py::test_leak_in_the_message[0]" in student
@@ -311,10 +312,10 @@ def test_the_reference_source_cannot_be_read_while_variants_are_graded(tmp_path)
         "        except OSError:\n            data = b''\n"
         "        assert data == b'', path\n"
     )
-    hidden = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=RunLimits(), hide_source=True)
+    hidden = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=unbudgeted(), hide_source=True)
     [run] = hidden.run([WorkerRun(variant="s02", source=VARIANTS[0].source)])
     assert [(r.test_id, r.outcome.value) for r in run.results] == [("test_peek.py::test_peek", "passed")], run
     # Without hiding (a student's own package in `tdd`), the same file is there to read.
-    shown = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=RunLimits())
+    shown = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=unbudgeted())
     [run] = shown.run([WorkerRun(variant="s02", source=VARIANTS[0].source)])
     assert [r.outcome.value for r in run.results] == ["failed"], run

@@ -10,12 +10,14 @@ import pytest
 
 from grader.core.models import Outcome, WorkerRun
 from grader.core.paths import default_layout
-from grader.run.runner import RunLimits, run_suites
-from grader.sandbox import Layer, sandbox_status
+from grader.run.runner import run_suites
+from tests.limits import unbudgeted
+from grader.sandbox.base import Layer
+from grader.sandbox.status import sandbox_status
 
 LAYOUT = default_layout()
 REFERENCE = LAYOUT.gru_source.read_text()
-LIMITS = RunLimits(test_timeout=20.0, run_timeout=60.0)
+LIMITS = unbudgeted(test_timeout_s=20.0, run_timeout_s=60.0)
 
 HEADER = "import os\nimport numpy as np\n\n"
 ATTACKS = {

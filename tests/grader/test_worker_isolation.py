@@ -10,8 +10,9 @@ import pytest
 
 from grader.core.models import Outcome, WorkerRun
 from grader.core.paths import Layout, default_layout
-from grader.run.runner import RunLimits, run_suites
-from grader.sandbox import SandboxMode
+from grader.run.runner import run_suites
+from tests.limits import unbudgeted
+from grader.sandbox.base import SandboxMode
 
 LAYOUT = default_layout()
 TEST = "from tinyllm.rnn.gru import GRU\n\n\ndef test_builds():\n    assert GRU(2, 3).num_layers == 1\n"
@@ -37,7 +38,7 @@ def _run(tmp_path: Path, impl: Path):
         tests_dir=tests,
         runs=[WorkerRun(variant="student", source=LAYOUT.gru_source.read_text())],
         hash_seed=1,
-        limits=RunLimits(sandbox=SandboxMode.NONE),
+        limits=unbudgeted(sandbox=SandboxMode.NONE),
     )
     return run
 
@@ -82,7 +83,7 @@ def test_a_test_cannot_import_the_rest_of_the_grader(tmp_path, mode):
     [run] = run_suites(
         layout=LAYOUT, tests_dir=tests,
         runs=[WorkerRun(variant="reference", source=LAYOUT.gru_source.read_text())],
-        hash_seed=1, limits=RunLimits(sandbox=mode),
+        hash_seed=1, limits=unbudgeted(sandbox=mode),
     )
     assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run
 
@@ -102,6 +103,6 @@ def test_the_worker_imports_numpy_testing_ahead_only_for_tests_that_name_it(tmp_
     [run] = run_suites(
         layout=LAYOUT, tests_dir=tests,
         runs=[WorkerRun(variant="reference", source=LAYOUT.gru_source.read_text())],
-        hash_seed=1, limits=RunLimits(sandbox=SandboxMode.AUTO),
+        hash_seed=1, limits=unbudgeted(sandbox=SandboxMode.AUTO),
     )
     assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run

@@ -1,0 +1,341 @@
+"""The staged schedule of a grading (grader.run.scheduler) over two stand-in workers.
+
+The stand-ins answer each run from a table, as a worker would (only the tests selected, a
+mutant's run stopping at its first kill), and share one result queue whose order the test sets.
+The schedule is driven through ``_MatrixRun`` with ``pooled`` workers, as ``WorkerPool`` does:
+``run_matrix`` itself starts real workers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.core.assignment import load_assignment
+from grader.core.matrix import Matrix
+from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.core.paths import default_layout
+from grader.core.scoring import score_suite
+from grader.core.variants import Variant, VariantKind, VariantSpec
+from grader.run.runner import RunLimits, _Result
+from grader.run.scheduler import RECHECK, _MatrixRun
+
+P, F, T, E = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.ERROR
+TESTS = ["t::a", "t::b", "t::c", "t::d"]
+
+
+def _limits(*, jobs: int = 2, **bounds: Any) -> RunLimits:
+    """The assignment's limits, ``bounds`` changed (fields of its ``[limits]``), runs made
+    ``jobs`` at a time: the one place this file builds them."""
+    run_limits = RunLimits.of(load_assignment(default_layout().assignment), jobs=jobs)
+    return replace(run_limits, limits=run_limits.limits.model_copy(update=bounds))
+
+
+def _variant(variant_id: str, kind: VariantKind, *, required: bool = False) -> Variant:
+    spec = VariantSpec(id=variant_id, kind=kind, title=f"{variant_id} title", pitfall=f"{variant_id} pitfall",
+                       required=required, caught_by=("x",) if kind is VariantKind.MUTANT else ())
+    return Variant(spec=spec, source=f"# {variant_id}\n")
+
+
+VARIANTS = [
+    _variant("reference", VariantKind.REFERENCE),
+    _variant("w1", VariantKind.WHEAT),
+    _variant("w2", VariantKind.WHEAT),
+    _variant("m1", VariantKind.MUTANT, required=True),
+    _variant("m2", VariantKind.MUTANT),
+    _variant("m3", VariantKind.MUTANT),
+]
+MUTANTS = ["m1", "m2", "m3"]
+
+
+@dataclass(frozen=True)
+class Sent:
+    seed: int
+    run: WorkerRun
+    cpu_budget: float | None
+    wall_budget: float | None
+
+
+class _Sandbox:
+    """What closing a worker touches of its sandbox: killed, with nothing left to reap or free."""
+
+    def __init__(self) -> None:
+        self.killed = False
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def _reap(self) -> bool:
+        return False
+
+
+class FakeWorker:
+    """The part of ``WorkerProcess`` the schedule uses: its hash seed, results queue, ``submit``,
+    ``closed`` and sandbox."""
+
+    def __init__(self, hash_seed: int, world: World) -> None:
+        self.hash_seed = hash_seed
+        self.results = world
+        self.world = world
+        self.sandbox = _Sandbox()
+        self.closed = False
+
+    def submit(self, run: WorkerRun, *, cpu_budget: float | None = None, wall_budget: float | None = None,
+               timeout_floor: float | None = None) -> None:
+        self.world.sent(self, Sent(self.hash_seed, run, cpu_budget, wall_budget))
+
+
+Table = dict[str, dict[str, Outcome]]
+
+
+@dataclass
+class World:
+    """Both workers' runs: what each variant does to each test, and the order answers come in.
+
+    ``outcomes[variant]`` (or ``outcomes[f"{variant}@{seed}"]`` for one hash seed) gives each
+    test's outcome, PASSED where it says nothing; ``confirm[variant]`` the outcomes of a
+    confirming run. Answers come first in, first out, except that ``last`` (``variant@seed``)
+    waits until nothing else is pending.
+    """
+
+    outcomes: Table = field(default_factory=dict)
+    confirm: Table = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    cpu_s: float = 0.01
+    last: tuple[str, ...] = ()
+    out_of_budget: dict[str, tuple[str, Budget]] = field(default_factory=dict)  # variant -> test, budget
+    log: list[Sent] = field(default_factory=list)
+    answered: list[SuiteRun] = field(default_factory=list)
+    pending: list[tuple[FakeWorker, Sent]] = field(default_factory=list)
+    sent_before_answer: int | None = None  # how many runs were sent before the first answer
+    in_flight_max_after_reference: int = 0
+
+    def sent(self, worker: FakeWorker, sent: Sent) -> None:
+        self.log.append(sent)
+        self.pending.append((worker, sent))
+        if self.answered:
+            self.in_flight_max_after_reference = max(self.in_flight_max_after_reference, len(self.pending))
+
+    def get(self, timeout: float | None = None) -> _Result:
+        if not self.pending:
+            raise AssertionError("the schedule waits for a result with no run in flight")
+        if self.sent_before_answer is None:
+            self.sent_before_answer = len(self.log)
+        ready = [p for p in self.pending if f"{p[1].run.variant}@{p[0].hash_seed}" not in self.last]
+        worker, sent = (ready or self.pending)[0]
+        self.pending.remove((worker, sent))
+        answer = self._answer(worker, sent.run)
+        self.answered.append(answer)
+        return _Result(worker, answer)
+
+    def table(self, variant: str, seed: int, attempt: int) -> dict[str, Outcome]:
+        if attempt == 2 and variant in self.confirm:
+            return self.confirm[variant]
+        return self.outcomes.get(f"{variant}@{seed}", self.outcomes.get(variant, {}))
+
+    def _answer(self, worker: FakeWorker, run: WorkerRun) -> SuiteRun:
+        if worker.closed:  # what a closed worker never reported comes back crashed
+            return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, attempt=run.attempt,
+                            crashed="the worker exited without reporting this run")
+        table = self.table(run.variant, worker.hash_seed, run.attempt)
+        results: list[TestOutcome] = []
+        stopped = False
+        for test in TESTS:
+            if run.select is not None and test not in run.select:
+                continue
+            if stopped:
+                results.append(TestOutcome(test_id=test, outcome=Outcome.NOT_RUN, message="not run: the run had stopped"))
+                continue
+            outcome = table.get(test, P)
+            results.append(TestOutcome(test_id=test, outcome=outcome, duration=self.durations.get(test, 0.05),
+                                       message="" if outcome is P else f"{outcome.value}"))
+            stopped = run.stop_at_first_kill and outcome.kills
+        test, budget = self.out_of_budget.get(run.variant, ("", None))
+        return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, attempt=run.attempt, results=tuple(results),
+                        cpu_s=self.cpu_s, stopped_early=stopped, budget_exceeded=test, budget=budget)
+
+    def runs_of(self, variant: str, attempt: int | None = None) -> list[Sent]:
+        return [s for s in self.log if s.run.variant == variant and (attempt is None or s.run.attempt == attempt)]
+
+
+def _grade(world: World, *, full_matrix: bool = False, chance: int = 0, limits: RunLimits | None = None,
+           variants: Iterable[Variant] = VARIANTS) -> tuple[Matrix, tuple[FakeWorker, FakeWorker]]:
+    workers = (FakeWorker(1, world), FakeWorker(2, world))
+    matrix_run = _MatrixRun(layout=default_layout(), tests_dir=Path("/nowhere"), variants=list(variants),
+                            limits=limits or _limits(), full_matrix=full_matrix, launched=None, pooled=workers)
+    matrix_run.chance = random.Random(chance)  # the order of the runs, and when the reference is run again
+    return matrix_run.run(), workers
+
+
+def _first_runs(world: World) -> list[Sent]:
+    return [s for s in world.log if s.run.variant != "reference" and s.run.attempt == 1]
+
+
+CHANCES = pytest.mark.parametrize("chance", range(4))
+
+
+@CHANCES
+def test_the_reference_runs_first_under_both_hash_seeds(chance: int) -> None:
+    world = World(outcomes={"m1": {"t::a": F}, "m2": {"t::b": F}})
+    matrix, _ = _grade(world, chance=chance)
+    first_two = world.log[:2]
+    assert {(s.run.variant, s.run.attempt, s.seed) for s in first_two} == {("reference", 1, 1), ("reference", 1, 2)}
+    assert all(s.run.select is None and not s.run.stop_at_first_kill for s in first_two)
+    assert world.sent_before_answer == 2  # nothing else before the first reference run is in
+    assert (matrix.first["reference"].hash_seed, matrix.second["reference"].hash_seed) == (1, 2)
+    # Every wheat and mutant ran once, after the reference.
+    assert sorted(s.run.variant for s in _first_runs(world)) == ["m1", "m2", "m3", "w1", "w2"]
+    assert matrix.runs == len(world.answered) == len(world.log)
+
+
+@CHANCES
+def test_only_tests_that_passed_the_first_reference_run_are_sent(chance: int) -> None:
+    # FIFO: the second-seed worker's reference run is in first (it is sent first).
+    world = World(outcomes={"reference": {"t::b": F}, "reference@2": {"t::b": F, "t::d": F}},
+                  durations={"t::a": 0.01, "t::c": 0.5, "t::d": 3.0})
+    matrix, _ = _grade(world, chance=chance)
+    bounds = _limits().limits
+    for sent in _first_runs(world):
+        assert sent.run.select == ["t::a", "t::c"]
+        assert sent.run.time_limits == {
+            "t::a": bounds.timeout_floor_s,  # 10 x 0.01 s is below the floor
+            "t::c": pytest.approx(bounds.timeout_factor * 0.5),
+        }
+    # The test the first reference run failed is not run anywhere, and says why.
+    assert all(matrix.outcome("t::b", v.id) is Outcome.NOT_RUN for v in VARIANTS[1:])
+    reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::b")
+    assert "wrong on the reference" in reason
+
+
+def test_time_limits_are_capped_by_the_test_limit() -> None:
+    world = World(durations={"t::a": 60.0})
+    _grade(world)
+    assert all(s.run.time_limits["t::a"] == _limits().limits.test_timeout_s for s in _first_runs(world))
+
+
+def test_nothing_runs_past_the_reference_when_no_test_passes_it() -> None:
+    fails = {t: F for t in TESTS}
+    world = World(outcomes={"reference": fails})
+    matrix, _ = _grade(world)
+    assert [s.run.variant for s in world.log] == ["reference", "reference"]
+    assert all(matrix.outcome(t, v.id) is Outcome.NOT_RUN for t in TESTS for v in VARIANTS[1:])
+
+
+@pytest.mark.parametrize("full_matrix", [False, True])
+def test_a_mutant_run_stops_at_its_first_kill_unless_the_full_matrix_is_asked(full_matrix: bool) -> None:
+    world = World(outcomes={"m1": {"t::a": F, "t::c": F}})
+    matrix, _ = _grade(world, full_matrix=full_matrix)
+    (sent,) = world.runs_of("m1", 1)
+    assert sent.run.stop_at_first_kill is not full_matrix
+    assert not any(s.run.stop_at_first_kill for s in world.runs_of("w1") + world.runs_of("w2"))
+    assert matrix.outcome("t::a", "m1") is F
+    if full_matrix:
+        assert [matrix.outcome(t, "m1") for t in TESTS] == [F, P, F, P]
+    else:
+        assert [matrix.outcome(t, "m1") for t in TESTS[1:]] == [Outcome.NOT_RUN] * 3
+        reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::c")
+        assert "already killed" in reason
+
+
+@CHANCES
+def test_a_time_out_kill_gets_a_confirming_run_and_a_failure_does_not(chance: int) -> None:
+    world = World(outcomes={"m1": {"t::b": T}, "m2": {"t::a": F}, "m3": {"t::c": E}}, confirm={"m1": {"t::b": T}})
+    matrix, _ = _grade(world, chance=chance)
+    (confirming,) = world.runs_of("m1", 2)
+    assert confirming.run.select == ["t::b"]
+    assert world.runs_of("m2", 2) == [] and world.runs_of("m3", 2) == []
+    assert matrix.second["m1"].attempt == 2 and "m2" not in matrix.second
+    assert matrix.confirmed_failure("t::b", "m1") and matrix.confirmed_failure("t::a", "m2")
+    # A confirming run comes late: the reference is run again alongside, now and then.
+    assert all(s.run.variant in ("reference", "m1") for s in world.log[world.log.index(confirming):])
+
+
+@CHANCES
+def test_a_time_out_that_does_not_hold_up_carries_on_with_the_rest(chance: int) -> None:
+    world = World(outcomes={"m1": {"t::a": T, "t::d": F}}, confirm={"m1": {"t::a": P}})
+    matrix, _ = _grade(world, chance=chance)
+    (carry_on,) = world.runs_of("m1", 3)
+    assert carry_on.run.select == ["t::b", "t::c", "t::d"] and carry_on.run.stop_at_first_kill
+    assert not matrix.confirmed_failure("t::a", "m1")
+    assert matrix.outcome("t::d", "m1") is F and matrix.confirmed_failure("t::d", "m1")
+
+
+@CHANCES
+def test_a_mutant_stopped_at_a_brittle_test_carries_on_with_the_valid_ones(chance: int) -> None:
+    # t::a fails on a wheat (brittle); m2's run stops there, before the test that really kills it.
+    world = World(outcomes={"w2": {"t::a": F}, "m2": {"t::a": F, "t::c": F}})
+    matrix, _ = _grade(world, chance=chance)
+    (carry_on,) = world.runs_of("m2", 3)
+    assert carry_on.run.select == ["t::b", "t::c", "t::d"]
+    assert matrix.outcome("t::a", "m2") is Outcome.NOT_RUN  # brittle: counts on no mutant
+    assert matrix.outcome("t::c", "m2") is F
+    report = score_suite(submission="s", matrix=matrix, variants=VARIANTS,
+                         assignment=load_assignment(default_layout().assignment), audience="staff")
+    assert {t.id: t.kills for t in report.tests} == {"t::a": [], "t::b": [], "t::c": ["m2"], "t::d": []}
+
+
+def test_mutants_that_answer_before_the_second_reference_run_are_weighed_when_it_is_in() -> None:
+    # The first-seed reference run comes in last: a test that fails there is flaky, and a mutant
+    # killed only by it, which came in before, carries on with the valid tests.
+    world = World(outcomes={"reference@1": {"t::a": F}, "m1": {"t::a": F, "t::b": F}}, last=("reference@1",))
+    matrix, _ = _grade(world)
+    order = [(r.variant, r.attempt, r.hash_seed) for r in world.answered]
+    first_m1 = next(i for i, (variant, attempt, _) in enumerate(order) if (variant, attempt) == ("m1", 1))
+    assert first_m1 < order.index(("reference", 1, 1))  # held until the reference was in
+    (carry_on,) = world.runs_of("m1", 3)
+    assert carry_on.run.select == ["t::b", "t::c", "t::d"]
+    assert matrix.outcome("t::a", "m1") is Outcome.NOT_RUN
+    assert matrix.outcome("t::b", "m1") is F
+    reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::a")
+    assert "flaky" in reason
+
+
+def test_the_cpu_budget_stops_the_grading() -> None:
+    world = World(outcomes={m: {"t::a": F} for m in MUTANTS}, cpu_s=0.4)
+    limits = _limits(budget_cpu_s=1.0)
+    matrix, workers = _grade(world, limits=limits)
+    stop = matrix.budget_stop
+    assert stop is not None and stop.kind is Budget.CPU and stop.budget == 1.0
+    # The third run brought the spending over the budget: nothing was sent after it was in.
+    assert len(world.log) < 2 + len(VARIANTS) - 1
+    assert matrix.cpu_s == pytest.approx(sum(r.cpu_s for r in world.answered))
+    # What was still out when the workers were stopped came back crashed, and is kept as it is.
+    assert [bool(r.crashed) for r in world.answered] == [False] * 3 + [True] * (len(world.answered) - 3)
+    assert all(w.closed and w.sandbox.killed for w in workers)
+    # Each run was sent with the budget left then.
+    assert [s.cpu_budget for s in world.log[:2]] == [1.0, 1.0]
+    assert all(s.cpu_budget < 1.0 for s in world.log[2:])
+    not_run = [v.id for v in VARIANTS[1:] if v.id not in {s.run.variant for s in world.log}]
+    assert not_run
+    reason = next(r.message for r in matrix.first[not_run[0]].results if r.test_id == "t::a")
+    assert "budget ran out" in reason
+
+
+def test_a_run_that_reports_the_budget_ran_out_stops_the_grading() -> None:
+    world = World(outcomes={"reference@2": {}}, out_of_budget={"reference": ("t::c", Budget.WALL)})
+    matrix, _ = _grade(world)
+    stop = matrix.budget_stop
+    assert stop is not None and (stop.kind, stop.test, stop.variant) == (Budget.WALL, "t::c", "reference")
+    assert stop.budget == _limits().limits.budget_wall_s
+    assert [s.run.variant for s in world.log] == ["reference", "reference"]
+
+
+def test_never_more_runs_at_once_than_jobs() -> None:
+    world = World(outcomes={"m1": {"t::a": T}}, confirm={"m1": {"t::a": T}})
+    _grade(world, limits=_limits(jobs=2))
+    assert 0 < world.in_flight_max_after_reference <= 2
+
+
+def test_the_reference_is_run_again_among_the_late_runs() -> None:
+    # Two late runs: the second always takes a run of the reference with it.
+    world = World(outcomes={"m1": {"t::a": T}, "m2": {"t::b": T}}, confirm={"m1": {"t::a": T}, "m2": {"t::b": T}})
+    matrix, _ = _grade(world)
+    rechecks = world.runs_of("reference", RECHECK)
+    assert rechecks and all(s.run.select is None for s in rechecks)
+    assert len(matrix.rechecks) == len(rechecks)
+
