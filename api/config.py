@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from grader.core.archive import ArchiveLimits
+from grader.flows.archive import ArchiveLimits
 from grader.core.paths import Layout, default_layout
 from grader.sandbox.status import RETRY_FAILED_PROBE_S
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import sessionmaker
 from api import crud
 from api.config import Settings, archive_limits, layout_of
 from api.schemas import GoldenResult, VariantGolden
-from grader.core.archive import unpack
+from grader.flows.archive import unpack
 from grader.core.assignment import load_assignment
 from grader.core.models import Outcome
 from grader.core.variants import build_variants

@@ -13,12 +13,12 @@ from sqlalchemy.orm import sessionmaker
 
 from api import crud
 from api.config import Settings, archive_limits, layout_of
-from grader.core.archive import ArchiveError, unpack
+from grader.flows.archive import ArchiveError, unpack
 from api.db import Submission
 from grader.core.assignment import load_assignment
 from grader.core.caps import report_json_within
 from grader.flows.grading import GradingInputError, grade_suite
-from grader.core.journal import JournalFormatError, verify_journal
+from grader.core.journal import JournalFormatError
 from grader.core.models import Audience, JournalSummary
 from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
@@ -64,22 +64,20 @@ def grade_submission(
     """
     layout = layout_of(settings)
     assignment = load_assignment(layout.assignment)
-    limits = RunLimits.of(assignment, jobs=settings.grade_jobs)
     unpacked = ""
     try:
         with tempfile.TemporaryDirectory(prefix="mutagrade-submission-") as tmp:
             unpacked = tmp
             files = unpack(submission.archive, Path(tmp), archive_limits(settings))
             journal = None
-            if files.journal is not None:
-                journal = verify_journal(files.journal, files.tests, layout=layout, limits=limits)
-            elif assignment.require_journal:
+            if files.journal is None and assignment.require_journal:
                 journal = JournalSummary(checked=True, ok=False, problems=["no journal (.tdd/journal.jsonl) was submitted"])
             report = grade_suite(
                 files.tests,
                 layout=layout,
                 assignment=assignment,
                 journal=journal,
+                journal_file=files.journal,  # verified under the grading's own limits
                 audience=Audience.STAFF,
                 jobs=settings.grade_jobs,
                 submission=f"submission {submission.id} ({submission.archive_name})",

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api import crud
-from grader.core.archive import ArchiveError, check_archive
+from grader.flows.archive import ArchiveError, check_archive
 from api.db import User
 from api.config import archive_limits
 from api.deps import CurrentUser, RowId, SessionDep, StaffUser

@@ -16,7 +16,7 @@ error in every file would otherwise give reports of tens of megabytes. So:
 
 The worker caps each message it reports at 2,000 characters itself (``grader.worker.child``),
 and what one run may report at 4 MiB (``grader.worker.watch``); the uploads' own limits are
-``grader.core.archive.ArchiveLimits`` and ``grader.sandbox.base.SandboxLimits``.
+``grader.flows.archive.ArchiveLimits`` and ``grader.sandbox.base.SandboxLimits``.
 """
 
 from __future__ import annotations

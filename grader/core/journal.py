@@ -1,4 +1,4 @@
-"""The red-then-green journal: its format, the student's commands' rules, and verification.
+"""The red-then-green journal: its format and the rules it is checked by, from the file alone.
 
 A student repository keeps ``.tdd/journal.jsonl`` (one JSON entry a line) and
 ``.tdd/blobs/<sha256>`` (every file an entry recorded). Each entry records the phase (red or
@@ -6,28 +6,25 @@ green), the test and implementation files by digest, every test's outcome, the t
 introduces, and the sha256 of the previous line, so editing any line breaks the chain. See
 ``docs/journal.md``.
 
-Verification re-checks every rule from the file alone, then **replays** it: every red snapshot
-(tests and implementation restored from the blobs) is run again and its new tests must fail,
-every green snapshot must pass. Recorded outcomes are therefore evidence only if they replay.
+Verification (:mod:`grader.flows.replay`) re-checks every rule here, then **replays** it: every
+red snapshot (tests and implementation restored from the blobs) is run again and its new tests
+must fail, every green snapshot must pass. Recorded outcomes are therefore evidence only if
+they replay.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 import time
-from collections import defaultdict
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
+from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from grader.core.models import JournalSummary, Outcome, SuiteRun, WorkerRun
-from grader.core.paths import Layout
-from grader.run.runner import RunLimits, run_suites
+from grader.core.models import JournalSummary, Outcome
 from grader.core.tomlfile import field_problems
 
 __all__ = [
@@ -37,13 +34,17 @@ __all__ = [
     "JournalEntry",
     "JournalFormatError",
     "Phase",
+    "RED_OUTCOMES",
+    "blob_problems",
+    "chain_problems",
+    "history",
+    "submission_problems",
     "digest_files",
     "entry_line",
     "load_journal",
-    "run_snapshot",
     "sha256_bytes",
     "utc_now",
-    "verify_journal",
+    "verify",
 ]
 
 FORMAT_VERSION = 1
@@ -182,7 +183,7 @@ def chain_problems(journal: Journal) -> list[str]:
             for test in entry.introduced:
                 if test in known:
                     problems.append(f"{label}: test {test}: introduced, but it was already in entry {last_green.seq}")
-                if entry.outcomes.get(test) not in _RED_OUTCOMES:
+                if entry.outcomes.get(test) not in RED_OUTCOMES:
                     problems.append(
                         f"{label}: test {test}: a red's new test must fail, recorded "
                         f"{entry.outcomes.get(test, 'nothing')}"
@@ -202,7 +203,7 @@ def chain_problems(journal: Journal) -> list[str]:
     return problems
 
 
-_RED_OUTCOMES = (Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT)
+RED_OUTCOMES = (Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT)
 
 
 def blob_problems(journal: Journal) -> list[str]:
@@ -268,100 +269,12 @@ def history(journal: Journal) -> dict[str, str]:
     return dict(sorted(lines.items()))
 
 
-# ----------------------------------------------------------------------- replay
-def run_snapshot(
-    layout: Layout, tests_dir: Path, impl_dir: Path, limits: RunLimits, runs: list[WorkerRun]
-) -> list[SuiteRun]:
-    """Run suites against a student's implementation in the sandboxed worker."""
-    student = Layout(layout.root, implementation=impl_dir.resolve())
-    return run_suites(layout=student, tests_dir=tests_dir, runs=runs, hash_seed=1, limits=limits)
-
-
-def _restore(journal: Journal, files: dict[str, str], dest: Path) -> None:
-    for path, digest in files.items():
-        target = dest / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(journal.blobs / digest, target)
-
-
-def replay_problems(journal: Journal, layout: Layout, limits: RunLimits) -> list[str]:
-    """Re-run every snapshot: a red's new tests must fail, a green's tests must all pass.
-
-    Snapshots whose implementations differ only in ``gru.py`` share one worker; each runs its
-    own tests folder, restored from the blobs.
-    """
-    problems: list[str] = []
-    groups: dict[tuple, list[JournalEntry]] = defaultdict(list)
-    for entry in journal.entries:
-        if GRU_FILE not in entry.impl:
-            problems.append(f"entry {entry.seq}: the implementation snapshot has no {GRU_FILE}: cannot replay")
-            continue
-        rest = tuple(sorted((p, d) for p, d in entry.impl.items() if p != GRU_FILE))
-        groups[rest].append(entry)
-    with tempfile.TemporaryDirectory(prefix="mutagrade-replay-") as tmp:
-        root = Path(tmp)
-        for number, (rest, entries) in enumerate(groups.items()):
-            impl = root / f"impl-{number}"
-            _restore(journal, dict(rest), impl)
-            _restore(journal, {GRU_FILE: entries[0].impl[GRU_FILE]}, impl)
-            tests = root / f"tests-{number}"
-            runs = []
-            for entry in entries:
-                _restore(journal, entry.tests, tests / f"entry-{entry.seq}")
-                source = (journal.blobs / entry.impl[GRU_FILE]).read_text(encoding="utf-8")
-                runs.append(WorkerRun(variant=f"entry-{entry.seq}", source=source, tests=f"entry-{entry.seq}"))
-            for entry, run in zip(entries, run_snapshot(layout, tests, impl, limits, runs)):
-                problems.extend(_judge_replay(entry, run))
-    return problems
-
-
-def _judge_replay(entry: JournalEntry, run: SuiteRun) -> list[str]:
-    label = f"entry {entry.seq} ({entry.phase.value})"
-    problems = [f"{label}: replay: {e}" for e in run.collection_errors]
-    if run.crashed:
-        problems.append(f"{label}: replay: {run.crashed}")
-    if entry.phase is Phase.RED:
-        for test in entry.introduced:
-            outcome = run.outcome(test)
-            if outcome is Outcome.PASSED:
-                problems.append(
-                    f"{label}: test {test}: passed when its red snapshot was replayed: "
-                    "the recorded failure is not what this code does (outcome forged?)"
-                )
-            elif outcome not in _RED_OUTCOMES:
-                problems.append(f"{label}: test {test}: replayed as {outcome.value}, expected a failure")
-    else:
-        recorded = set(entry.outcomes)
-        replayed = {r.test_id: r.outcome for r in run.results}
-        for test in sorted(recorded | set(replayed)):
-            outcome = replayed.get(test, Outcome.MISSING)
-            if outcome is not Outcome.PASSED:
-                problems.append(
-                    f"{label}: test {test}: {outcome.value} when its green snapshot was replayed, "
-                    "but a green must pass"
-                )
-    return problems
-
-
-def verify_journal(
-    journal_path: Path,
-    tests_dir: Path,
-    *,
-    layout: Layout,
-    limits: RunLimits,
-    replay: bool = True,
+def verify(
+    journal_path: Path, tests_dir: Path, *, replay: Callable[[Journal], list[str]] | None = None
 ) -> JournalSummary:
-    """Verify a journal against the submitted tests.
-
-    Args:
-        journal_path: ``.tdd/journal.jsonl`` (its blobs are in ``blobs/`` beside it).
-        tests_dir: the submitted test files.
-        layout: the checkout (for the worker).
-        limits: the worker's limits: the assignment's, as grading has them.
-        replay: re-run every snapshot (only skipped by tools that check the file alone).
-
-    Returns:
-        The summary: ``ok`` when no problem was found; problems name entries and tests.
+    """Check a journal against the submitted tests by every rule of this module, then by
+    ``replay`` (which runs its snapshots: :func:`grader.flows.replay.verify_journal` gives it),
+    unless its blobs are already wrong.
 
     Raises:
         JournalFormatError: if the journal cannot be read at all.
@@ -369,8 +282,8 @@ def verify_journal(
     journal = load_journal(journal_path)
     problems = chain_problems(journal) + blob_problems(journal) + submission_problems(journal, tests_dir)
     started = time.monotonic()
-    if replay and journal.entries and not blob_problems(journal):
-        problems += replay_problems(journal, layout, limits)
+    if replay is not None and journal.entries and not blob_problems(journal):
+        problems += replay(journal)
     return JournalSummary(
         checked=True,
         ok=not problems,

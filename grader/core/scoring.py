@@ -39,7 +39,7 @@ from grader.core.models import (
 from grader.core.matrix import Matrix
 from grader.core.variants import Variant, VariantKind
 
-__all__ = ["HIDDEN_HINT", "score_suite", "shown_ids", "student_view"]
+__all__ = ["HIDDEN_HINT", "not_graded", "score_suite", "shown_ids", "student_view", "too_many_tests"]
 
 HIDDEN_HINT = (
     "This mutant is hidden: its mistake is not shown. Look for a part of the contract "
@@ -317,4 +317,42 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
             "problems": rename_lines(report.problems),
             "reasons": rename_lines(report.reasons),
         }
+    )
+
+
+def too_many_tests(matrix: Matrix, limit: int | None) -> str:
+    """Why the suite is refused for its number of tests, from the reference's runs; empty if it is not."""
+    runs = [matrix.first.get("reference"), matrix.second.get("reference")]
+    over = max((run.tests_over_limit for run in runs if run is not None), default=0)
+    if not over:
+        return ""
+    return f"the suite has {over} tests, more than the limit of {limit}: nothing else was run"
+
+
+def not_graded(
+    why: str, *, name: str, variants: list[Variant], assignment: Assignment, audience: Audience, policy: PolicySummary,
+    journal: JournalSummary | None, timing: Timing,
+) -> Report:
+    """The report of a suite that could not be graded as it is: nothing of it counts, and
+    ``why`` says what to change (a policy violation, or more tests than the grader takes)."""
+    mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
+    names = shown_ids(variants, audience)
+    required = [names[m.id] for m in mutants if m.spec.required]
+    return Report(
+        submission=name,
+        audience=audience,
+        passed=False,
+        reasons=[why],
+        score=Score(
+            kill_rate=0.0, killed=0, total=len(mutants), threshold=assignment.threshold,
+            required=required,
+            required_missing=required,
+        ),
+        tests=[],
+        mutants=[],
+        variants=[],
+        policy=policy,
+        journal=bound_journal(journal or JournalSummary()),
+        timing=timing,
+        refused="" if not policy.ok else why,
     )

@@ -2,7 +2,7 @@
 
 One entry per student, named after the student: a folder, or an archive (``alice.zip``,
 ``alice.tar.gz``: an LMS download) checked and unpacked exactly as the service checks an upload
-(:mod:`grader.core.archive`, which needs nothing of the service). Either holds the test files at its
+(:mod:`grader.flows.archive`, which needs nothing of the service). Either holds the test files at its
 root, or a student repository with the tests under ``python/tests/l3-3-gru/``; a
 ``.tdd/journal.jsonl`` beside them is verified (replayed) as ``mutagrade grade --journal`` does,
 and counts in the verdict. One submission that cannot be graded (a bad archive, or one that
@@ -27,11 +27,12 @@ from typing import Callable, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grader.core.archive import ArchiveError, ArchiveLimits, unpack
+from grader.flows.archive import ArchiveError, ArchiveLimits, unpack
 from grader.core.assignment import Assignment
 from grader.core.caps import cap_text
 from grader.flows.grading import grade_suite
-from grader.core.journal import JournalFormatError, verify_journal
+from grader.core.journal import JournalFormatError
+from grader.flows.replay import verify_journal
 from grader.run.scheduler import WorkerPool
 from grader.core.models import Audience, JournalSummary, Report
 from grader.core.paths import Layout

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from grader.core.errors import GradingInputError
 from grader.flows.golden import torch_available
-from grader.core.journal import GRU_FILE, run_snapshot, verify_journal
+from grader.core.journal import GRU_FILE
+from grader.flows.replay import run_snapshot, verify_journal
 from grader.core.models import CourseTestResult, ImplementationCheck, JournalSummary, Outcome, Report, WorkerRun
 from grader.core.paths import Layout
 from grader.run.runner import RunLimits

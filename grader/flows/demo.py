@@ -10,7 +10,7 @@ import numpy as np
 from grader.core.assignment import load_assignment
 from grader.flows.golden import load_implementation
 from grader.flows.grading import grade_suite
-from grader.core.journal import verify_journal
+from grader.flows.replay import verify_journal
 from grader.core.models import Outcome, WorkerRun
 from grader.core.paths import Layout
 from grader.report import render

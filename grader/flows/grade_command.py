@@ -13,7 +13,8 @@ from pathlib import Path
 
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK
 from grader.flows.grading import GradingInputError, grade_suite
-from grader.core.journal import JournalFormatError, verify_journal
+from grader.core.journal import JournalFormatError
+from grader.flows.replay import verify_journal
 from grader.run.launch import Launched
 from grader.run.runner import RunLimits
 from grader.core.models import Audience, JournalSummary, Report

@@ -1,7 +1,7 @@
 """Grading one student test suite, end to end: policy, runs, scoring, report.
 
-The phases (see ARCHITECTURE.md): check that the sandbox asked for is there; check the files
-statically; build the variants; run the suite against all of them in the sandboxed worker
+The phases (see ARCHITECTURE.md): check that the sandbox asked for is there; verify the
+journal when one is given; check the files statically; build the variants; run the suite against all of them in the sandboxed worker
 (reference twice, failures on mutants confirmed); score; return one
 :class:`~grader.core.models.Report`.
 """
@@ -13,19 +13,19 @@ from fnmatch import fnmatch
 from pathlib import Path, PurePath
 
 from grader.core.assignment import Assignment
-from grader.core.caps import bound_journal, cap_text
+from grader.core.caps import cap_text
 from grader.core.errors import GradingInputError
 from grader.run.launch import Launched
-from grader.core.models import Audience, JournalSummary, Outcome, PolicySummary, Report, Score, Timing
+from grader.core.models import Audience, JournalSummary, Outcome, PolicySummary, Report, Timing
 from grader.core.paths import Layout
 from grader.core.policy import find_violations
-from grader.core.matrix import Matrix
 from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool, run_matrix
 from grader.sandbox.base import SandboxMode
 from grader.sandbox.status import check_mode
-from grader.core.scoring import score_suite, shown_ids
-from grader.core.variants import Variant, VariantKind, build_variants
+from grader.core.scoring import not_graded, score_suite, too_many_tests
+from grader.core.variants import build_variants
+from grader.flows.replay import verify_journal
 
 __all__ = ["GradingInputError", "grade_suite"]
 
@@ -58,6 +58,7 @@ def grade_suite(
     assignment: Assignment,
     policy: bool = True,
     journal: JournalSummary | None = None,
+    journal_file: Path | None = None,
     audience: Audience = Audience.STUDENT,
     jobs: int | None = None,
     submission: str | None = None,
@@ -74,6 +75,8 @@ def grade_suite(
         assignment: threshold, validity rules and limits.
         policy: run the static policy check first (turn off only for trusted suites).
         journal: the journal's verification, when one was checked.
+        journal_file: a journal (``.tdd/journal.jsonl``) to verify here first, under this
+            grading's own limits: its verification takes ``journal``'s place.
         audience: a student's report hides hidden mutants; staff's shows them.
         jobs: children at a time (default: one per core).
         submission: the name the report gives the submission (default: the path).
@@ -95,19 +98,20 @@ def grade_suite(
 
     Raises:
         GradingInputError: if ``tests_dir`` is not a directory holding Python files.
+        JournalFormatError: if ``journal_file`` cannot be read at all.
         ManifestError: if the variants cannot be built.
         SandboxUnavailable: if ``sandbox`` needs a layer this machine lacks (checked first,
             before anything is read or run).
     """
     started = time.monotonic()
     return _grade(tests_dir, layout=layout, assignment=assignment, policy=policy, journal=journal,
-                  audience=audience, jobs=jobs, submission=submission, sandbox=sandbox,
+                  journal_file=journal_file, audience=audience, jobs=jobs, submission=submission, sandbox=sandbox,
                   full_matrix=full_matrix, launched=launched, pool=pool, started=started)
 
 
 def _grade(
     tests_dir: Path, *, layout: Layout, assignment: Assignment, policy: bool, journal: JournalSummary | None,
-    audience: Audience, jobs: int | None, submission: str | None, sandbox: SandboxMode | str, full_matrix: bool,
+    journal_file: Path | None, audience: Audience, jobs: int | None, submission: str | None, sandbox: SandboxMode | str, full_matrix: bool,
     launched: Launched | None, pool: WorkerPool | None, started: float,
 ) -> Report:
     mode = SandboxMode(sandbox)
@@ -116,6 +120,9 @@ def _grade(
     if launched is not None and (launched.tests_dir != tests_dir or launched.mode is not mode):
         raise ValueError(f"the workers were started for {launched.tests_dir} ({launched.mode.value}), "
                          f"not for {tests_dir} ({mode.value})")
+    limits = RunLimits.of(assignment, jobs=jobs, sandbox=mode)
+    if journal_file is not None:
+        journal = verify_journal(journal_file, tests_dir, layout=layout, limits=limits)
     name = cap_text(submission or str(tests_dir))
     variants = build_variants(layout)
     if policy:
@@ -125,15 +132,11 @@ def _grade(
     else:
         summary = PolicySummary(ok=True, checked=False)
     if not summary.ok:
-        return _not_graded(f"the policy check failed ({summary.found} violation(s)): nothing was run", name=name,
+        return not_graded(f"the policy check failed ({summary.found} violation(s)): nothing was run", name=name,
                            variants=variants, assignment=assignment, audience=audience, policy=summary,
                            journal=journal, timing=Timing(total_s=round(time.monotonic() - started, 3)))
-    limits = RunLimits.of(assignment, jobs=jobs, sandbox=mode)
-    if pool is not None:
-        matrix = pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix)
-    else:
-        matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                            full_matrix=full_matrix, launched=launched)
+    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
+                        full_matrix=full_matrix, launched=launched, pool=pool)
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(
         total_s=round(time.monotonic() - started, 3),
@@ -142,9 +145,9 @@ def _grade(
         cpu_s=matrix.cpu_s,
         not_run=sum(r.outcome is Outcome.NOT_RUN for run in matrix.first.values() for r in run.results),
     )
-    refused = _too_many_tests(matrix, limits.max_tests)
+    refused = too_many_tests(matrix, limits.max_tests)
     if refused:
-        return _not_graded(refused, name=name, variants=variants, assignment=assignment, audience=audience,
+        return not_graded(refused, name=name, variants=variants, assignment=assignment, audience=audience,
                            policy=summary, journal=journal, timing=timing)
     return score_suite(
         submission=name,
@@ -155,42 +158,4 @@ def _grade(
         policy=summary,
         journal=journal,
         timing=timing,
-    )
-
-
-def _too_many_tests(matrix: Matrix, limit: int | None) -> str:
-    """Why the suite is refused for its number of tests, from the reference's runs; empty if it is not."""
-    runs = [matrix.first.get("reference"), matrix.second.get("reference")]
-    over = max((run.tests_over_limit for run in runs if run is not None), default=0)
-    if not over:
-        return ""
-    return f"the suite has {over} tests, more than the limit of {limit}: nothing else was run"
-
-
-def _not_graded(
-    why: str, *, name: str, variants: list[Variant], assignment: Assignment, audience: Audience, policy: PolicySummary,
-    journal: JournalSummary | None, timing: Timing,
-) -> Report:
-    """The report of a suite that could not be graded as it is: nothing of it counts, and
-    ``why`` says what to change (a policy violation, or more tests than the grader takes)."""
-    mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
-    names = shown_ids(variants, audience)
-    required = [names[m.id] for m in mutants if m.spec.required]
-    return Report(
-        submission=name,
-        audience=audience,
-        passed=False,
-        reasons=[why],
-        score=Score(
-            kill_rate=0.0, killed=0, total=len(mutants), threshold=assignment.threshold,
-            required=required,
-            required_missing=required,
-        ),
-        tests=[],
-        mutants=[],
-        variants=[],
-        policy=policy,
-        journal=bound_journal(journal or JournalSummary()),
-        timing=timing,
-        refused="" if not policy.ok else why,
     )

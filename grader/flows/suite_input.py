@@ -1,7 +1,7 @@
 """What ``mutagrade grade`` is given: a folder of tests, or an archive of them.
 
 An archive (``.zip``, ``.tar.gz``, ``.tgz``) is taken as the service takes an upload: checked
-and unpacked by :mod:`grader.core.archive` (which needs nothing of the service) under the service's
+and unpacked by :mod:`grader.flows.archive` (which needs nothing of the service) under the service's
 default limits, into a temporary folder removed after the grading. It holds the test files at
 its root (possibly wrapped in one folder), or a student repository with the tests under
 ``python/tests/l3-3-gru/`` and, optionally, its journal ``.tdd/journal.jsonl``, verified as
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from grader.core.archive import ArchiveError, ArchiveLimits, unpack
+from grader.flows.archive import ArchiveError, ArchiveLimits, unpack
 from grader.flows.grading import GradingInputError
 
 __all__ = ["ARCHIVE_SUFFIXES", "SuiteInput", "is_archive_name", "open_suite", "read_archive"]

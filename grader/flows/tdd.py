@@ -23,11 +23,11 @@ from grader.core.journal import (
     digest_files,
     entry_line,
     load_journal,
-    run_snapshot,
     sha256_bytes,
     utc_now,
 )
 from grader.core.models import Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.flows.replay import run_snapshot
 from grader.core.paths import Layout
 from grader.core.policy import find_violations
 from grader.run.runner import RunLimits

@@ -421,6 +421,7 @@ def run_matrix(
     limits: RunLimits,
     full_matrix: bool = False,
     launched: Launched | None = None,
+    pool: WorkerPool | None = None,
 ) -> Matrix:
     """Run the suite against the reference (under two hash seeds), then the wheats, then the
     mutants, each stage only with the tests still worth running (see the module's docstring).
@@ -432,12 +433,18 @@ def run_matrix(
             :mod:`grader.run.launch`); started here (and closed) when None. Launched workers
             are killed when the runs are done; the caller closes them (:meth:`Launched.close`
             waits until they are gone and frees their sandbox users).
+        pool: warm workers to run on instead (a batch, the service); ``launched`` must then
+            be None.
 
     Returns:
         The Matrix: ``first`` holds every variant's run (cells not run are NOT_RUN, with the
         reason); ``second`` the reference's run under the second hash seed and each mutant's
         confirming run (when a kill needed one); ``budget_stop`` where the budget ran out.
     """
+    if pool is not None:
+        if launched is not None:
+            raise ValueError("a grading runs on its launched workers or on a pool's, not both")
+        return pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix)
     matrix_run = _MatrixRun(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
                             full_matrix=full_matrix, launched=launched)
     try:

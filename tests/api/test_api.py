@@ -150,7 +150,7 @@ def test_upload_rules_answer_4xx_with_a_message_and_the_next_request_is_served(s
 
 
 def test_a_duplicate_member_is_refused():
-    from grader.core.archive import ArchiveError, ArchiveLimits, check_archive
+    from grader.flows.archive import ArchiveError, ArchiveLimits, check_archive
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from api import crud
-from grader.core.archive import ArchiveError, ArchiveLimits, check_archive, unpack
+from grader.flows.archive import ArchiveError, ArchiveLimits, check_archive, unpack
 from api.config import Settings
 from api.db import Submission, make_engine, make_sessionmaker
 from api.jobs import grade_submission

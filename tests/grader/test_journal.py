@@ -19,10 +19,10 @@ from grader.core.journal import (
     entry_line,
     load_journal,
     sha256_bytes,
-    verify_journal,
 )
 from grader.core.assignment import load_assignment
 from grader.core.paths import default_layout
+from grader.flows.replay import verify_journal
 from grader.run.runner import RunLimits
 
 LAYOUT = default_layout()

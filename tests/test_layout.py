@@ -1,0 +1,89 @@
+"""The house's rules, read from the code itself (ARCHITECTURE.md, "The packages, and what each
+may import"): a rule broken here is a layer leaking into another, whatever the tests of
+behaviour say."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 600
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted(p for p in (ROOT / folder).rglob("*.py") if "migrations" not in p.parts and "course" not in p.parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it (inside functions too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+@pytest.mark.parametrize("path", _modules("grader") + _modules("api"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_is_over_600_lines(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)}: {lines} lines, more than {MAX_LINES}: split it by concern"
+
+
+@pytest.mark.parametrize("path", _modules("grader/core"), ids=lambda p: p.name)
+def test_the_core_starts_no_process_and_knows_no_layer_above_it(path: Path) -> None:
+    above = ("grader.run", "grader.sandbox", "grader.worker", "grader.flows", "grader.report", "grader.cli",
+             "grader.student_cli", "api", "subprocess")
+    found = sorted(name for name in _imports(path) if any(_within(name, layer) for layer in above))
+    assert not found, f"{path.relative_to(ROOT)} imports {found}"
+
+
+def test_the_worker_protocol_needs_the_standard_library_alone() -> None:
+    path = ROOT / "grader" / "core" / "protocol.py"
+    outside = sorted(name for name in _imports(path)
+                     if name.split(".")[0] not in sys.stdlib_module_names and name != "__future__")
+    assert not outside, f"{path.relative_to(ROOT)} imports {outside}: the worker loads it in its sandbox"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules("grader") if p.name != "student_cli.py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_grader_never_imports_the_service(path: Path) -> None:
+    found = sorted(name for name in _imports(path) if _within(name, "api"))
+    assert not found, f"{path.relative_to(ROOT)} imports {found}: the library must not depend on the service"
+
+
+def test_the_student_command_takes_only_the_http_client_of_the_service() -> None:
+    found = {name for name in _imports(ROOT / "grader" / "student_cli.py") if _within(name, "api")}
+    assert found and all(_within(name, "api.client") for name in found), found
+
+
+def test_the_sandbox_is_a_package_of_layers_that_hands_nothing_on() -> None:
+    package = ROOT / "grader" / "sandbox"
+    assert (package / "__init__.py").is_file() and not (ROOT / "grader" / "sandbox.py").exists()
+    layers = {p.stem for p in package.glob("*.py")} - {"__init__"}
+    assert {"base", "status", "users", "seccomp", "harden", "bubblewrap", "workdir", "process", "userns"} <= layers
+    init = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    assert not [n for n in init.body if isinstance(n, (ast.Import, ast.ImportFrom))], "no re-exports: import the layer"
+
+
+@pytest.mark.parametrize("path", [p for p in _modules("grader") + _modules("api") if p.name != "assignment.py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_command_builds_limits_of_its_own(path: Path) -> None:
+    """Limits come from the assignment (``RunLimits.of(assignment)``; the assignment file's own
+    defaults are in ``grader/core/assignment.py``): a hand-built ``RunLimits(...)`` or
+    ``Limits(...)`` would drift from what grading and the replay use."""
+    built = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("RunLimits", "Limits"):
+            built.append(f"line {node.lineno}: {node.func.id}(...)")
+    assert not built, f"{path.relative_to(ROOT)}: {built}"
