@@ -12,7 +12,7 @@ from string import Formatter
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from grader.core.protocol import WorkerSandbox
+from grader.core.protocol import Budget, Outcome, WorkerSandbox
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -41,30 +41,6 @@ class Audience(StrEnum):
 
     STUDENT = "student"
     STAFF = "staff"
-
-
-class Budget(StrEnum):
-    """Which of a grading's budgets ran out."""
-
-    CPU = "cpu"  # CPU seconds of every run together
-    WALL = "wall"  # wall-clock seconds of the grading
-
-
-class Outcome(StrEnum):
-    """What happened to one test on one variant."""
-
-    PASSED = "passed"
-    FAILED = "failed"  # an assertion or an exception in the test body
-    ERROR = "error"  # in set-up, tear-down or collection
-    TIMEOUT = "timeout"
-    MISSING = "missing"  # collected but never reported: the child died or lied
-    SKIPPED = "skipped"
-    NOT_RUN = "not_run"  # not run on this variant: already decided (see the report's reason)
-
-    @property
-    def kills(self) -> bool:
-        """Whether this outcome, on a mutant, counts as the test catching it."""
-        return self in (Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT, Outcome.MISSING)
 
 
 class TestOutcome(BaseModel):

@@ -7,8 +7,9 @@ the job (:class:`JobSettings`); each later one is a run (:class:`RunHeader`), fo
 variant's source as ``source_bytes`` raw bytes that the worker itself never reads: the child it
 forks for the run reads them, so the worker never holds any variant's source (SPEC §8: only
 behaviour tells variants apart). A frame ``{"end": true}``, or the end of stdin, says no more
-runs will come. The worker answers with one JSON object per line on stdout, each a
-:class:`~grader.core.models.SuiteRun` of the run named by ``run_id``.
+runs will come. The worker answers with one JSON line per run on stdout, a :class:`RunResult`
+(the grader reads it as a :class:`~grader.core.models.SuiteRun`: the same fields, validated,
+with the variant and attempt that only the grader knows).
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ import json
 import os
 import struct
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
     "VARIANT_FILENAME",
+    "Budget",
     "FrameError",
     "JobSettings",
+    "Outcome",
     "RunHeader",
+    "RunResult",
+    "TestResult",
     "WorkerSandbox",
     "encode_frame",
     "read_exact",
@@ -34,6 +40,30 @@ _LENGTH = struct.Struct(">I")
 # The one file name every variant is compiled under: a run cannot tell which one it has.
 VARIANT_FILENAME = "tinyllm/rnn/gru.py"
 _FRAME_CAP = 16 * 1024 * 1024  # a header is small; anything larger is a broken stream
+
+
+class Outcome(StrEnum):
+    """What happened to one test on one variant."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # an assertion or an exception in the test body
+    ERROR = "error"  # in set-up, tear-down or collection
+    TIMEOUT = "timeout"
+    MISSING = "missing"  # collected but never reported: the child died or lied
+    SKIPPED = "skipped"
+    NOT_RUN = "not_run"  # not run on this variant: already decided (see the report's reason)
+
+    @property
+    def kills(self) -> bool:
+        """Whether this outcome, on a mutant, counts as the test catching it."""
+        return self in (Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT, Outcome.MISSING)
+
+
+class Budget(StrEnum):
+    """Which of a grading's budgets ran out."""
+
+    CPU = "cpu"  # CPU seconds of every run together
+    WALL = "wall"  # wall-clock seconds of the grading
 
 
 class FrameError(ValueError):
@@ -166,3 +196,37 @@ def read_frame(fd: int) -> dict[str, Any] | None:
     if not isinstance(message, dict):
         raise FrameError(f"a frame must be a JSON object, got {type(message).__name__}")
     return message
+
+
+# ------------------------------------------------------------------ what comes back
+@dataclass(frozen=True)
+class TestResult:
+    """One test's outcome in a run, with a short message when it did not pass."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    test_id: str
+    outcome: Outcome
+    message: str = ""
+    duration: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A run as its worker reports it: one JSON line (:meth:`to_line`) on the worker's stdout."""
+
+    run_id: int
+    hash_seed: int
+    results: tuple[TestResult, ...] = ()
+    collection_errors: tuple[str, ...] = ()
+    crashed: str = ""  # why the run ended abnormally, if it did
+    duration: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds of the run's processes
+    stopped_early: bool = False  # stopped at its first test that did not pass, as asked
+    budget_exceeded: str = ""  # the test running when a grading budget ran out
+    budget: Budget | None = None  # which budget ran out, with budget_exceeded
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: "setup", "collect", "run"
+    tests_over_limit: int = 0  # tests collected, when more than the job allows (then none ran)
+
+    def to_line(self) -> str:
+        return json.dumps(asdict(self)) + "\n"

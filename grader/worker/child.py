@@ -30,16 +30,12 @@ from typing import Any
 
 import pytest
 
-from grader.core.protocol import VARIANT_FILENAME, WorkerSandbox
+from grader.core.protocol import VARIANT_FILENAME, Outcome, WorkerSandbox
 
 __all__ = ["TestSession", "TestTimeout", "install_variant", "short_message"]
 
 MESSAGE_CAP = 2000
 _MESSAGE_LINES = 12  # lines of an exception's text kept in a reason (numpy's assert messages run to about 8)
-# Outcome values, as grader.core.models.Outcome spells them (the worker does not import the models).
-PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
-    "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
-)
 
 
 class TestTimeout(BaseException):
@@ -129,22 +125,22 @@ class Reporter:
         return report
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        outcome: str | None = None
+        outcome: Outcome | None = None
         if report.when == "call":
             if report.passed:
-                outcome = PASSED
+                outcome = Outcome.PASSED
             elif report.skipped:
-                outcome = SKIPPED
+                outcome = Outcome.SKIPPED
             else:
-                outcome = TIMEOUT if getattr(report, "timed_out", False) else FAILED
+                outcome = Outcome.TIMEOUT if getattr(report, "timed_out", False) else Outcome.FAILED
         elif report.failed:  # setup or teardown
-            outcome = TIMEOUT if getattr(report, "timed_out", False) else ERROR
+            outcome = Outcome.TIMEOUT if getattr(report, "timed_out", False) else Outcome.ERROR
         elif report.when == "setup" and report.skipped:
-            outcome = SKIPPED
+            outcome = Outcome.SKIPPED
         if outcome is None:
             return
         message = ""
-        if outcome != PASSED:
+        if outcome != Outcome.PASSED:
             message = self.messages.pop(f"{report.nodeid}\0{report.when}", None) or _longrepr_message(report.longreprtext)
         self.send(result={
             "test_id": self._id(report.nodeid), "outcome": outcome, "message": message,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import json
 import os
 import selectors
 import shutil
@@ -47,7 +46,7 @@ import numpy as np
 
 from grader.sandbox.base import SandboxError
 from grader.sandbox.harden import ChildHardening, harden_worker
-from grader.core.protocol import FrameError, JobSettings, RunHeader, WorkerSandbox, read_exact, read_frame
+from grader.core.protocol import FrameError, JobSettings, RunHeader, RunResult, WorkerSandbox, read_exact, read_frame
 from grader.worker.boundary import Connection
 from grader.worker.child import TestSession
 from grader.worker.watch import Run
@@ -463,13 +462,13 @@ def _fork() -> int:
             time.sleep(0.01)
 
 
-def _write(out: Any, result: dict[str, Any]) -> None:
-    out.write(json.dumps(result) + "\n")
+def _write(out: Any, result: RunResult) -> None:
+    out.write(result.to_line())
     out.flush()
 
 
-def _failed_start(job: JobSettings, run: RunHeader, why: str) -> dict[str, Any]:
-    return {"run_id": run.run_id, "hash_seed": job.hash_seed, "crashed": why}
+def _failed_start(job: JobSettings, run: RunHeader, why: str) -> RunResult:
+    return RunResult(run_id=run.run_id, hash_seed=job.hash_seed, crashed=why)
 
 
 def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *, stdin: int = 0) -> None:

@@ -24,7 +24,7 @@ import signal
 import time
 from typing import Any
 
-from grader.core.protocol import JobSettings, RunHeader
+from grader.core.protocol import Budget, JobSettings, Outcome, RunHeader, RunResult, TestResult
 
 __all__ = ["GRACE_S", "Run"]
 
@@ -34,11 +34,7 @@ _REPORT_CAP = 16 * 1024 * 1024  # bytes a run may report before it is cut off (5
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 MEMORY_CHECK_S = 0.25  # how often the memory the runs hold is looked at
-PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN = (
-    "passed", "failed", "error", "timeout", "missing", "skipped", "not_run",
-)
-_OUTCOMES = frozenset((PASSED, FAILED, ERROR, TIMEOUT, MISSING, SKIPPED, NOT_RUN))
-_KILLS = frozenset((FAILED, ERROR, TIMEOUT, MISSING))
+_OUTCOMES = frozenset(Outcome)
 _TAMPERED = (
     "the run wrote something that is not its own report to its result channel (a forged or "
     "corrupted report); nothing it reported after that is trusted"
@@ -67,7 +63,7 @@ class Run:
         self.seen = 0
         self.collected: list[str] | None = None
         self.over_limit = 0  # tests collected, when more than the job allows (none of them runs)
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, TestResult] = {}
         self.errors: list[str] = []
         self.phases: dict[str, float] = {}
         self.current: tuple[str, float, float] | None = None  # test, when it began, its limit
@@ -75,7 +71,7 @@ class Run:
         self.lowered = False  # a test timed out: later ones get at most the floor
         self.stopped = self.done = self.tampered = self.overflow = self.timed_out = False
         self.budget = ""  # the test running when a budget ran out
-        self.budget_kind = ""  # which: "cpu" or "wall"
+        self.budget_kind: Budget | None = None  # which ran out
         self.killed_why = ""
         self.ended: tuple[int, float] | None = None  # the test process's status and CPU time
         self.eof = False
@@ -141,17 +137,17 @@ class Run:
         if result is None:
             self.errors.append("the run wrote a malformed test result")
             return
-        test = result["test_id"]
+        test = result.test_id
         if test in self.interrupted:
             limit = self.interrupted[test]
-            result = _result(test, TIMEOUT, f"the test ran past its limit of {limit:g} s{self._why_lowered(test, limit)}",
-                             result["duration"])
+            result = _result(test, Outcome.TIMEOUT,
+                             f"the test ran past its limit of {limit:g} s{self._why_lowered(test, limit)}", result.duration)
         if test in self.results:
             return  # the first report of a test stands
         self.results[test] = result
         if self.select is not None and test not in self.select:
             return
-        if self.header.stop_at_first_kill and result["outcome"] in _KILLS:
+        if self.header.stop_at_first_kill and result.outcome.kills:
             self.stopped = True
             self.kill()
         elif self.select is not None and self.select <= self.results.keys():
@@ -202,15 +198,15 @@ class Run:
                 self._signal(signal.SIGALRM)
             elif test in self.interrupted and now > began + limit + GRACE_S:
                 self.results.setdefault(test, _result(
-                    test, TIMEOUT, f"the test ran past its limit of {limit:g} s and did not stop when interrupted"))
+                    test, Outcome.TIMEOUT, f"the test ran past its limit of {limit:g} s and did not stop when interrupted"))
                 self.kill(f"{test} ran past its limit of {limit:g} s and did not stop when interrupted; the run was killed")
                 return
         if self.wall_deadline is not None and now > self.wall_deadline:
-            self._out_of_budget("wall")
+            self._out_of_budget(Budget.WALL)
         elif self.header.cpu_budget is not None and self.cpu_so_far() > self.header.cpu_budget:
-            self._out_of_budget("cpu")
+            self._out_of_budget(Budget.CPU)
 
-    def _out_of_budget(self, kind: str) -> None:
+    def _out_of_budget(self, kind: Budget) -> None:
         self.budget = self.current[0] if self.current else "(collecting the tests)" if self.collected is None else "(between tests)"
         self.budget_kind = kind
         self.kill()
@@ -223,7 +219,7 @@ class Run:
         """Stop the run: the grading's processes hold more memory than ``bound`` says."""
         if self.current is not None and not self.killed_why:
             test = self.current[0]
-            self.results.setdefault(test, _result(test, ERROR, f"the test's run {bound}; the run was stopped"))
+            self.results.setdefault(test, _result(test, Outcome.ERROR, f"the test's run {bound}; the run was stopped"))
         self.kill(f"the run {bound}; the run was stopped")
 
     def cpu_so_far(self) -> float:
@@ -264,8 +260,8 @@ class Run:
         started)."""
         return self.eof and (self.ended is not None or self.pid is None)
 
-    def judge(self, impl_cpu: float) -> dict[str, Any]:
-        """The run's result (a SuiteRun's fields) from what the test process reported."""
+    def judge(self, impl_cpu: float) -> RunResult:
+        """The run's result, from what the test process reported."""
         status, cpu = self.ended if self.ended is not None else (0, 0.0)
         crashed = self.killed_why
         if self.overflow:
@@ -274,34 +270,34 @@ class Run:
             crashed = _TAMPERED
         elif not crashed and not self.done and not self.budget and not self.stopped:
             crashed = _describe_status(status) if self.pid is not None else "the run could not be started"
-        final: list[dict[str, Any]] = []
+        final: list[TestResult] = []
         for test in self.collected or []:
             if self.select is not None and test not in self.select:
                 continue
             if test in self.results:
                 final.append(self.results[test])
             elif self.timed_out:
-                final.append(_result(test, TIMEOUT, crashed))
+                final.append(_result(test, Outcome.TIMEOUT, crashed))
             elif crashed:  # the run died (os._exit, a signal, a limit) before this test reported
-                final.append(_result(test, ERROR, crashed))
+                final.append(_result(test, Outcome.ERROR, crashed))
             elif self.stopped or self.budget:  # stopped on purpose before this test
-                final.append(_result(test, NOT_RUN, "not run: the run had stopped"))
+                final.append(_result(test, Outcome.NOT_RUN, "not run: the run had stopped"))
             else:  # the run said it was done, yet never reported this test
-                final.append(_result(test, MISSING, "the test never reported"))
-        return {
-            "run_id": self.header.run_id,
-            "hash_seed": self.job.hash_seed,
-            "results": final,
-            "collection_errors": list(self.errors),
-            "crashed": crashed,
-            "duration": round(time.monotonic() - self.started, 3),
-            "cpu_s": round(cpu + impl_cpu, 3),
-            "stopped_early": self.stopped,
-            "budget_exceeded": self.budget,
-            "budget": self.budget_kind or None,
-            "phases": self.phases,
-            "tests_over_limit": self.over_limit,
-        }
+                final.append(_result(test, Outcome.MISSING, "the test never reported"))
+        return RunResult(
+            run_id=self.header.run_id,
+            hash_seed=self.job.hash_seed,
+            results=tuple(final),
+            collection_errors=tuple(self.errors),
+            crashed=crashed,
+            duration=round(time.monotonic() - self.started, 3),
+            cpu_s=round(cpu + impl_cpu, 3),
+            stopped_early=self.stopped,
+            budget_exceeded=self.budget,
+            budget=self.budget_kind,
+            phases=self.phases,
+            tests_over_limit=self.over_limit,
+        )
 
 
 def _cpu_of(pid: int) -> float:
@@ -324,21 +320,21 @@ def _resident_of(pid: int) -> int:
         return 0
 
 
-def _result(test_id: str, outcome: str, message: str = "", duration: float = 0.0) -> dict[str, Any]:
-    return {"test_id": test_id, "outcome": outcome, "message": message, "duration": duration}
+def _result(test_id: str, outcome: Outcome, message: str = "", duration: float = 0.0) -> TestResult:
+    return TestResult(test_id, outcome, message, duration)
 
 
-def _checked_result(value: Any) -> dict[str, Any] | None:
+def _checked_result(value: Any) -> TestResult | None:
     """A test result as a run reported it, if it is well formed."""
     if not isinstance(value, dict):
         return None
     test_id, outcome = value.get("test_id"), value.get("outcome")
     message, duration = value.get("message", ""), value.get("duration", 0.0)
-    if not (isinstance(test_id, str) and outcome in _OUTCOMES and isinstance(message, str)):
+    if not (isinstance(test_id, str) and isinstance(outcome, str) and outcome in _OUTCOMES and isinstance(message, str)):
         return None
     if not isinstance(duration, (int, float)) or isinstance(duration, bool):
         return None
-    return _result(test_id, outcome, message[:_MESSAGE_CAP], float(duration))
+    return _result(test_id, Outcome(outcome), message[:_MESSAGE_CAP], float(duration))
 
 
 def _describe_status(status: int) -> str:

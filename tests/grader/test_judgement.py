@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from grader.core.protocol import JobSettings, RunHeader
+from grader.core.protocol import JobSettings, Outcome, RunHeader, TestResult
 from grader.worker.watch import (
     _MESSAGE_CAP,
     _REPORT_CAP,
@@ -78,12 +78,13 @@ def _go_ons(channel: tuple[int, int]) -> bytes:
 
 
 def _ended(run: Run, status: int = 0, *, done: bool = True) -> dict[str, Any]:
+    """The run's result as the grader reads it: the worker's JSON line."""
     if done:
         run.feed(_line(done=True))
     run.eof = True
     run.ended = (status, 0.25)
     assert run.over
-    return run.judge(impl_cpu=0.5)
+    return json.loads(run.judge(impl_cpu=0.5).to_line())
 
 
 def _outcomes(judged: dict[str, Any]) -> dict[str, str]:
@@ -165,6 +166,8 @@ def test_malformed_lines_and_results_are_noted_not_believed(channel: tuple[int, 
         {"test_id": "t", "outcome": "passed", "message": 1},
         {"test_id": "t", "outcome": "passed", "duration": "1"},
         {"test_id": "t", "outcome": "passed", "duration": True},
+        {"test_id": "t", "outcome": ["passed"]},
+        {"test_id": "t", "outcome": {"passed": 1}},
     ],
 )
 def test_checked_result_rejects_malformed_results(value: Any) -> None:
@@ -173,8 +176,8 @@ def test_checked_result_rejects_malformed_results(value: Any) -> None:
 
 def test_checked_result_keeps_a_good_one_and_only_its_fields() -> None:
     checked = _checked_result({"test_id": "t", "outcome": "timeout", "duration": 2, "extra": "dropped"})
-    assert checked == {"test_id": "t", "outcome": "timeout", "message": "", "duration": 2.0}
-    assert isinstance(checked["duration"], float)
+    assert checked == TestResult(test_id="t", outcome=Outcome.TIMEOUT, message="", duration=2.0)
+    assert isinstance(checked.duration, float)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +208,7 @@ def test_a_run_that_never_started_says_so(channel: tuple[int, int]) -> None:
     run.pid = None
     run.eof = True
     assert run.over
-    assert run.judge(impl_cpu=0.0)["crashed"] == "the run could not be started"
+    assert run.judge(impl_cpu=0.0).crashed == "the run could not be started"
 
 
 def test_a_clean_exit_code_does_not_make_an_unfinished_run_fine(channel: tuple[int, int]) -> None:
@@ -250,14 +253,14 @@ def test_a_test_past_its_limit_is_interrupted_then_times_out(channel: tuple[int,
     assert run.interrupted == {"t.py::a": 2.0} and run.lowered and not run.killed_why
     # It stopped when interrupted and reported (a failure, as the exception looked to it): a time-out.
     run.feed(_result("t.py::a", "failed", "TestTimeout") + _line(end="t.py::a"))
-    assert run.results["t.py::a"]["outcome"] == "timeout"
-    assert "its limit of 2 s" in run.results["t.py::a"]["message"]
+    assert run.results["t.py::a"].outcome is Outcome.TIMEOUT
+    assert "its limit of 2 s" in run.results["t.py::a"].message
     # Later tests of the run get at most the floor.
     run.feed(_line(begin="t.py::b"))
     assert run.current[2] == 0.5
     run.check(run.current[1] + 0.6)
     run.feed(_result("t.py::b", "failed"))
-    assert "lowered from 10 s" in run.results["t.py::b"]["message"]
+    assert "lowered from 10 s" in run.results["t.py::b"].message
 
 
 def test_a_test_that_ignores_its_interruption_is_killed_with_its_run(channel: tuple[int, int]) -> None:
