@@ -103,7 +103,7 @@ class WorkerRun(BaseModel):
 
 
 # ----------------------------------------------------------------------- the report
-REPORT_SCHEMA = "mutagrade.report/1"
+REPORT_SCHEMA = "mutagrade.report/2"
 
 
 class Mention(BaseModel):

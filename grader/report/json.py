@@ -1,4 +1,4 @@
-"""The JSON report (``schema: "mutagrade.report/1"``): the report model itself, serialised.
+"""The JSON report (``schema: "mutagrade.report/2"``): the report model itself, serialised.
 
 Nothing is reshaped here: the model's field order puts ``schema`` first and the fields SPEC §5
 step 6 asks for (passed, score, tests, mutants, journal, policy, timing) are the model's own,

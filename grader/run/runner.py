@@ -242,11 +242,6 @@ class WorkerProcess:
         self._outbox.put(encode_frame({"end": True}))
         self._outbox.put(None)
 
-    @property
-    def outstanding(self) -> int:
-        with self._lock:
-            return len(self._outstanding)
-
     def _write_loop(self) -> None:
         stdin = self.process.stdin
         assert stdin is not None  # noqa: S101 - started with pipes

@@ -33,7 +33,7 @@ def test_a_submission_is_graded_with_the_right_score_and_every_report(server):
     assert body["passed"] is True and body["kill_rate"] == 1.0
     assert report["score"]["killed"] == 12 and report["journal"]["ok"] and report["journal"]["entries"] == 20
     assert report["audience"] == "student" and "hidden mutant 1" in report["variants"] and "s04" not in report["variants"]
-    assert alice.get(f"/v1/submissions/{created['id']}/report.json").json()["schema"] == "mutagrade.report/1"
+    assert alice.get(f"/v1/submissions/{created['id']}/report.json").json()["schema"] == "mutagrade.report/2"
     junit = alice.get(f"/v1/submissions/{created['id']}/report.junit.xml")
     assert junit.status_code == 200 and junit.text.startswith("<?xml")
     gradescope = alice.get(f"/v1/submissions/{created['id']}/report.gradescope.json").json()

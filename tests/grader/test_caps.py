@@ -125,4 +125,4 @@ def test_a_report_over_the_cap_is_shortened_into_valid_json_that_says_what_it_le
 def test_fitting_reaches_small_caps_too(cap):
     document = report_json_within(_huge_report(), cap)
     assert len(document.encode()) <= cap
-    assert json.loads(document)["schema"] == "mutagrade.report/1"
+    assert json.loads(document)["schema"] == "mutagrade.report/2"

@@ -138,7 +138,7 @@ def test_grade_a_weak_suite_is_exit_1_and_json_names_the_survivors(tmp_path):
     done = mutagrade("grade", str(tests), "--format", "json")
     assert done.returncode == 1
     report = json.loads(done.stdout)
-    assert report["schema"] == "mutagrade.report/1" and report["passed"] is False
+    assert report["schema"] == "mutagrade.report/2" and report["passed"] is False
     assert report["score"]["killed"] == 0 and report["score"]["required_missing"] == ["s02"]
     assert all(m["killed"] is False for m in report["mutants"])
 
