@@ -29,7 +29,7 @@ from api import crud
 from api.csrf import FIELD, foreign_origin, form_token, token_matches
 from api.db import User
 from api.deps import TOKEN_COOKIE, RowId, SessionDep, request_token
-from api.routes.submissions import accept_upload, start_regrade
+from api.submitting import accept_upload, start_regrade
 from api.states import IN_FLIGHT, Role
 from api.views import owned_submission, public, shown_time
 from grader.report._common import mutant_name

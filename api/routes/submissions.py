@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 
-from fastapi import APIRouter, File, HTTPException, Query, Request, Response, UploadFile, status
-from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
 
 from api import crud
-from grader.flows.archive import ArchiveError, check_archive
-from api.db import User
-from api.config import archive_limits
 from api.deps import CurrentUser, RowId, SessionDep, StaffUser
 from api.schemas import ID_MAX, SubmissionCreated, SubmissionPublic
 from api.states import JobStatus, Role
-from api.views import done_report, links, owned_submission, public
+from api.submitting import accept_upload, start_regrade
+from api.views import done_report, owned_submission, public
 from grader.report import render
 from grader.report.gradescope import gradescope_options, render_gradescope
 
@@ -28,37 +23,7 @@ _ERRORS = {
 }
 
 
-async def _read_capped(upload: UploadFile, limit: int) -> bytes:
-    """The upload's bytes, refusing as soon as they pass ``limit``."""
-    chunks, size = [], 0
-    while chunk := await upload.read(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise ArchiveError(f"the archive is larger than {limit} bytes, the most accepted", 413)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _refused(archive: UploadFile, exc: ArchiveError) -> HTTPException:
-    return HTTPException(exc.status, f"archive {archive.filename!r}: {exc}")
-
-
 _ANY_STATUS = f"^({'|'.join(JobStatus)})$"  # a filter by status: one of the states, as a pattern
-
-# A grading takes seconds to a minute: asking again this often costs the service nothing.
-_IN_FLIGHT_RETRY_S = 10
-
-
-def _too_many_in_flight(in_flight: int, limit: int) -> HTTPException:
-    which = "submission" if in_flight == 1 else "submissions"
-    once = "once it is graded" if in_flight == 1 else "once one of them is graded"
-    return HTTPException(
-        status.HTTP_429_TOO_MANY_REQUESTS,
-        f"you have {in_flight} {which} in flight (queued or being graded) and at most {limit} may be; "
-        f"submit again {once}",
-        headers={"Retry-After": str(_IN_FLIGHT_RETRY_S)},
-    )
-
 
 @router.post(
     "",
@@ -79,50 +44,6 @@ async def create_submission(
     created = await accept_upload(request, session, user, archive)
     response.headers["Location"] = f"/v1/submissions/{created.id}"
     return created
-
-
-async def accept_upload(request: Request, session: Session, user: User, archive: UploadFile) -> SubmissionCreated:
-    """Check, store and queue ``user``'s uploaded ``archive``: the REST upload and the
-    submissions page's form both come here.
-
-    Raises:
-        HTTPException: 429 over the rate limit or the in-flight limit (with ``Retry-After``),
-            413 too large, 415 not an archive, 422 a member that breaks a rule.
-    """
-    settings = request.app.state.settings
-    wait = request.app.state.limiter.hit(user.id)
-    if wait:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"at most {settings.rate_limit} submissions per {settings.rate_window_s:g} s; try again in {math.ceil(wait)} s",
-            headers={"Retry-After": str(math.ceil(wait))},
-        )
-    # Refused before the upload is read when already at the limit; counted again, under a
-    # lock, when it is stored (posts sent at once).
-    in_flight = await run_in_threadpool(crud.in_flight, session, user_id=user.id)
-    if in_flight >= settings.max_in_flight:
-        raise _too_many_in_flight(in_flight, settings.max_in_flight)
-    try:
-        data = await _read_capped(archive, settings.max_upload_bytes)
-    except ArchiveError as exc:
-        raise _refused(archive, exc) from None
-
-    def store() -> SubmissionCreated:
-        # Unpacking the archive and writing it to the database block: they run in the thread
-        # pool, so a burst of uploads never holds up the event loop (and every other request).
-        try:
-            check_archive(data, archive_limits(settings))
-        except ArchiveError as exc:
-            raise _refused(archive, exc) from None
-        try:
-            submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive",
-                                                max_in_flight=settings.max_in_flight)
-        except crud.InFlightLimit as exc:
-            raise _too_many_in_flight(exc.in_flight, exc.limit) from None
-        request.app.state.queue.enqueue(submission.id)
-        return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
-
-    return await run_in_threadpool(store)
 
 
 @router.get("", response_model=list[SubmissionPublic], responses=_ERRORS)
@@ -196,12 +117,3 @@ def report_html(request: Request, session: SessionDep, user: CurrentUser, submis
 def regrade(request: Request, session: SessionDep, user: StaffUser, submission_id: RowId) -> SubmissionCreated:
     """Grade a submission again (staff)."""
     return start_regrade(request, session, user, submission_id)
-
-
-def start_regrade(request: Request, session: Session, user: User, submission_id: int) -> SubmissionCreated:
-    """Queue a submission to be graded again: the staff route and the submission page's button
-    come here (their callers check the user is staff)."""
-    submission = owned_submission(session, submission_id, user)
-    crud.regrade(session, submission=submission)
-    request.app.state.queue.enqueue(submission.id)
-    return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))

@@ -1,0 +1,102 @@
+"""Accepting a submission and starting a regrade: what the REST routes and the pages' forms
+both do, below either (api/routes/submissions.py, api/routes/pages.py)."""
+
+from __future__ import annotations
+
+import math
+
+from fastapi import HTTPException, Request, UploadFile, status
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api import crud
+from api.config import archive_limits
+from api.db import User
+from api.schemas import SubmissionCreated
+from api.views import links, owned_submission
+from grader.flows.archive import ArchiveError, check_archive
+
+__all__ = ["accept_upload", "start_regrade"]
+
+
+async def _read_capped(upload: UploadFile, limit: int) -> bytes:
+    """The upload's bytes, refusing as soon as they pass ``limit``."""
+    chunks, size = [], 0
+    while chunk := await upload.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise ArchiveError(f"the archive is larger than {limit} bytes, the most accepted", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _refused(archive: UploadFile, exc: ArchiveError) -> HTTPException:
+    return HTTPException(exc.status, f"archive {archive.filename!r}: {exc}")
+
+
+# A grading takes seconds to a minute: asking again this often costs the service nothing.
+_IN_FLIGHT_RETRY_S = 10
+
+
+def _too_many_in_flight(in_flight: int, limit: int) -> HTTPException:
+    which = "submission" if in_flight == 1 else "submissions"
+    once = "once it is graded" if in_flight == 1 else "once one of them is graded"
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"you have {in_flight} {which} in flight (queued or being graded) and at most {limit} may be; "
+        f"submit again {once}",
+        headers={"Retry-After": str(_IN_FLIGHT_RETRY_S)},
+    )
+
+
+async def accept_upload(request: Request, session: Session, user: User, archive: UploadFile) -> SubmissionCreated:
+    """Check, store and queue ``user``'s uploaded ``archive``: the REST upload and the
+    submissions page's form both come here.
+
+    Raises:
+        HTTPException: 429 over the rate limit or the in-flight limit (with ``Retry-After``),
+            413 too large, 415 not an archive, 422 a member that breaks a rule.
+    """
+    settings = request.app.state.settings
+    wait = request.app.state.limiter.hit(user.id)
+    if wait:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"at most {settings.rate_limit} submissions per {settings.rate_window_s:g} s; try again in {math.ceil(wait)} s",
+            headers={"Retry-After": str(math.ceil(wait))},
+        )
+    # Refused before the upload is read when already at the limit; counted again, under a
+    # lock, when it is stored (posts sent at once).
+    in_flight = await run_in_threadpool(crud.in_flight, session, user_id=user.id)
+    if in_flight >= settings.max_in_flight:
+        raise _too_many_in_flight(in_flight, settings.max_in_flight)
+    try:
+        data = await _read_capped(archive, settings.max_upload_bytes)
+    except ArchiveError as exc:
+        raise _refused(archive, exc) from None
+
+    def store() -> SubmissionCreated:
+        # Unpacking the archive and writing it to the database block: they run in the thread
+        # pool, so a burst of uploads never holds up the event loop (and every other request).
+        try:
+            check_archive(data, archive_limits(settings))
+        except ArchiveError as exc:
+            raise _refused(archive, exc) from None
+        try:
+            submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive",
+                                                max_in_flight=settings.max_in_flight)
+        except crud.InFlightLimit as exc:
+            raise _too_many_in_flight(exc.in_flight, exc.limit) from None
+        request.app.state.queue.enqueue(submission.id)
+        return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
+
+    return await run_in_threadpool(store)
+
+
+def start_regrade(request: Request, session: Session, user: User, submission_id: int) -> SubmissionCreated:
+    """Queue a submission to be graded again: the staff route and the submission page's button
+    come here (their callers check the user is staff)."""
+    submission = owned_submission(session, submission_id, user)
+    crud.regrade(session, submission=submission)
+    request.app.state.queue.enqueue(submission.id)
+    return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
