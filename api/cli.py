@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from api.states import JobStatus, Role
+from grader.core.states import JobStatus, Role
 from grader import cli
 from grader.core.exits import EXIT_NOT_PASSED, EXIT_OK
 from grader.core.paths import Layout
@@ -132,7 +132,7 @@ def _cmd_admin(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
-    from api.client import ClientError, submit
+    from grader.flows.submit import ClientError, submit
 
     token = args.token or os.environ.get("MUTAGRADE_TOKEN")
     if not token:

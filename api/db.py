@@ -20,7 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 
-from api.states import JobStatus
+from grader.core.states import JobStatus
 
 __all__ = ["Base", "GoldenRun", "Submission", "User", "make_engine", "make_sessionmaker", "utcnow"]
 

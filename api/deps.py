@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from api import crud
 from api.db import User
 from api.schemas import ID_MAX
-from api.states import Role
+from grader.core.states import Role
 
 __all__ = ["ID_MAX", "TOKEN_COOKIE", "CurrentUser", "RowId", "SessionDep", "StaffUser", "get_session", "request_token"]
 

@@ -45,7 +45,7 @@ class SubmissionPublic(BaseModel):
 
     id: int
     student: str
-    status: str  # queued | running | done | error (api.states.JobStatus)
+    status: str  # queued | running | done | error (grader.core.states.JobStatus)
     archive_name: str
     created_at: str
     started_at: str
@@ -108,7 +108,7 @@ class GoldenRequest(BaseModel):
 
 class GoldenRunPublic(BaseModel):
     id: int
-    status: str  # queued | running | done | error (api.states.JobStatus)
+    status: str  # queued | running | done | error (grader.core.states.JobStatus)
     submission_id: int | None
     cases: int
     created_at: str

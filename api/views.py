@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from api import crud
 from api.db import Submission, User
 from api.schemas import Links, SubmissionPublic
-from api.states import JobStatus, Role
+from grader.core.states import JobStatus, Role
 from grader.core.models import Report
 from grader.core.scoring import student_view
 

@@ -139,7 +139,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float) -> int:
-    from api.client import ClientError, submit
+    from grader.flows.submit import ClientError, submit
 
     try:
         return submit(repo, server=server, token=token, fmt=fmt, timeout=timeout)

@@ -224,13 +224,14 @@ def _installed_files(installed: Installed) -> list[Path]:
 def test_make_builds_the_wheel_with_the_student_modules_and_no_answer_key(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("grader/flows/tdd.py", "grader/core/journal.py", "grader/flows/check.py", "grader/student_cli.py",
-                   "grader/worker/serve.py", "api/client.py", "grader/course/reference/tests/conftest.py",
+                   "grader/worker/serve.py", "grader/flows/submit.py", "grader/course/reference/tests/conftest.py",
                    "grader/course/reference/tests/test_gru_golden.py", "grader/course/fixtures/gru_torch.npz",
                    "grader/core/assignment.py", "grader/course/mutants/assignment.toml"):
         assert needed in names, f"{needed} is missing from the wheel"
     for staff in ("grader/cli.py", "grader/core/variants.py", "grader/flows/grading.py", "grader/flows/calibration.py",
                   "grader/flows/automutants.py", "grader/flows/bundle.py", "api/main.py", "api/crud.py"):
         assert staff not in names, f"{staff} is a staff module, but the student wheel holds it"
+    assert not [n for n in names if n.startswith("api/")], "the student package ships no part of the service"
     # Of the mutants folder, the assignment alone (its threshold and limits): no patch, no manifest.
     assert [n for n in names if "mutants/" in n or n.startswith("tinyllm/") or n.endswith(".patch")] == [
         "grader/course/mutants/assignment.toml"]

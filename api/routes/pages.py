@@ -30,7 +30,7 @@ from api.csrf import FIELD, foreign_origin, form_token, token_matches
 from api.db import User
 from api.deps import TOKEN_COOKIE, RowId, SessionDep, request_token
 from api.submitting import accept_upload, start_regrade
-from api.states import IN_FLIGHT, Role
+from grader.core.states import IN_FLIGHT, Role
 from api.views import owned_submission, public, shown_time
 from grader.report._common import mutant_name
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, Query, Request, Response, UploadFile, statu
 from api import crud
 from api.deps import CurrentUser, RowId, SessionDep, StaffUser
 from api.schemas import ID_MAX, SubmissionCreated, SubmissionPublic
-from api.states import JobStatus, Role
+from grader.core.states import JobStatus, Role
 from api.submitting import accept_upload, start_regrade
 from api.views import done_report, owned_submission, public
 from grader.report import render

@@ -143,7 +143,7 @@ def tar_gz(files: dict[str, bytes | str]) -> bytes:
 
 def example_archive() -> bytes:
     """The bundled student's tests and journal, as ``mutagrade submit`` packs them."""
-    from api.client import pack
+    from grader.flows.submit import pack
 
     return pack(STUDENT)
 

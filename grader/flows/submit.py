@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from api.states import JobStatus
+from grader.core.states import JobStatus
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NOT_PASSED, EXIT_OK, EXIT_UNREACHABLE
 from grader.core.models import Report
 from grader.report import render

@@ -2,7 +2,7 @@
 
 The database keeps them as plain strings (a StrEnum is a ``str``: no migration), and so does the
 JSON the API sends. Standard library only: the command line's parser (:mod:`api.cli`) and the
-student package's client (:mod:`api.client`) name them without the service's dependencies.
+student package's client (:mod:`grader.flows.submit`) name them without the service's dependencies.
 """
 
 from __future__ import annotations
