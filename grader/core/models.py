@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from grader.core.protocol import Budget, Outcome, WorkerSandbox
 
 __all__ = [
+    "LEGACY_REPORT_SCHEMA",
     "REPORT_SCHEMA",
     "Audience",
     "CourseTestResult",
@@ -104,6 +105,8 @@ class WorkerRun(BaseModel):
 
 # ----------------------------------------------------------------------- the report
 REPORT_SCHEMA = "mutagrade.report/2"
+# Before /2 every line of reasons and problems was a plain sentence (reports stored then still load).
+LEGACY_REPORT_SCHEMA = "mutagrade.report/1"
 
 
 class Mention(BaseModel):

@@ -24,6 +24,7 @@ from grader.core.caps import (
 )
 from grader.core.models import (
     Audience,
+    LEGACY_REPORT_SCHEMA,
     Budget,
     JournalSummary,
     Mention,
@@ -266,22 +267,33 @@ def score_suite(
         submission=submission,
         audience=audience,
         passed=not reasons,
-        reasons=reasons,
+        reasons=_for(audience, reasons),
         score=score,
         tests=verdicts,
         mutants=mutant_verdicts,
         variants=[names[v.id] for v in variants],
         journal=bound_journal(journal, shown),
         policy=policy,
-        problems=problems,
+        problems=_for(audience, problems),
         problems_omitted=problems_omitted,
         timing=timing or Timing(),
     )
 
 
+def _for(audience: Audience, lines: list[str | Mention]) -> list[str | Mention]:
+    """A report's lines for ``audience``: staff's keep the variants they name as data (a
+    student's view is made from them); a student's are sentences, as every reader of
+    ``mutagrade.report/1`` expects them."""
+    return [str(line) for line in lines] if audience == Audience.STUDENT else lines
+
+
 def student_view(report: Report, variants: list[Variant]) -> Report:
     """The report a student may see of a staff report: hidden mutants renamed "hidden mutant
-    N", their titles and hints withheld."""
+    N", their titles and hints withheld, its lines sentences.
+
+    A report stored as ``mutagrade.report/1`` holds its lines as plain sentences: a hidden
+    mutant's id is replaced in them as that version did (in a problem only before its colon),
+    so that an old report never shows a student what a new one hides."""
     if report.audience == Audience.STUDENT:  # ==: a copied report may hold the string
         return report
     names = shown_ids(variants, Audience.STUDENT)
@@ -290,9 +302,21 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
     def rename(ids: list[str]) -> list[str]:
         return [names.get(i, i) for i in ids]
 
-    def rename_lines(lines: list[str | Mention]) -> list[str | Mention]:
-        # Only a Mention names variants: a plain line (and a test id in a Mention) stays as it is.
-        return [line.renamed(names) if isinstance(line, Mention) else line for line in lines]
+    legacy = report.schema_ == LEGACY_REPORT_SCHEMA  # stored before lines named variants as data
+
+    def rename_lines(lines: list[str | Mention], *, anywhere: bool) -> list[str]:
+        # Only a Mention names variants: a plain line (and a test id in a Mention) stays as it is,
+        # unless the report is of the old schema, whose lines are all plain.
+        renamed: list[str] = []
+        for line in lines:
+            if isinstance(line, Mention):
+                line = str(line.renamed(names))
+            elif legacy:
+                for variant_id in hidden:
+                    line = line.replace(variant_id if anywhere else f"{variant_id}:", names[variant_id] if anywhere
+                                        else f"{names[variant_id]}:")
+            renamed.append(line)
+        return renamed
 
     mutants = [
         m.model_copy(update={"id": names[m.id], "title": names[m.id], "hint": HIDDEN_HINT if not m.killed else ""})
@@ -314,8 +338,8 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
             "tests": tests,
             "score": score,
             "variants": rename(report.variants),
-            "problems": rename_lines(report.problems),
-            "reasons": rename_lines(report.reasons),
+            "problems": rename_lines(report.problems, anywhere=False),
+            "reasons": rename_lines(report.reasons, anywhere=True),
         }
     )
 

@@ -160,6 +160,13 @@ def calibrate(layout: Layout, *, sandbox: SandboxMode = SandboxMode.AUTO, live: 
     matrix = run_matrix(layout=layout, tests_dir=layout.course_tests, variants=variants, limits=limits,
                         full_matrix=True)
     problems: list[str] = []
+    if matrix.budget_stop is not None:  # the cells not run would read as claims that do not hold
+        stop = matrix.budget_stop
+        problems.append(
+            f"the assignment's {stop.kind.value} budget ({stop.budget:g} s) ran out on variant {stop.variant or '?'} "
+            f"in {stop.test}: the cells not run are not evidence; raise budget_{stop.kind.value}_s in "
+            f"{layout.assignment} on this machine, or calibrate on a quieter one"
+        )
 
     for variant in variants:
         for run in (matrix.first.get(variant.id), matrix.second.get(variant.id)):

@@ -86,3 +86,24 @@ def test_calibration_runs_under_the_assignments_limits(tmp_path, monkeypatch):
     [limits] = seen
     assert limits.limits == load_assignment(layout.assignment).limits and limits.limits.test_timeout_s == 1.0
     assert limits.conftests  # the course's own tests
+
+
+def test_a_budget_that_runs_out_is_named_not_taken_for_claims_that_fail(tmp_path):
+    """Calibration runs under the grading budgets: where one runs out, the report says so first
+    (with what to change), instead of only calling the cells not run failed claims."""
+    from grader.core.paths import Layout
+
+    for name in ("reference", "fixtures"):
+        (tmp_path / name).symlink_to(LAYOUT.root / name)
+    (tmp_path / "mutants").mkdir()
+    for item in LAYOUT.mutants.iterdir():
+        if item.name != "assignment.toml":
+            (tmp_path / "mutants" / item.name).symlink_to(item)
+    text = LAYOUT.assignment.read_text()
+    assert "budget_cpu_s = 300.0" in text
+    (tmp_path / "mutants" / "assignment.toml").write_text(text.replace("budget_cpu_s = 300.0", "budget_cpu_s = 0.2"))
+    layout = Layout(tmp_path)
+    report = calibrate(layout, sandbox="none", live=False)
+    assert not report.ok
+    assert "cpu budget (0.2 s) ran out" in report.problems[0], report.problems[:3]
+    assert "budget_cpu_s" in report.problems[0] and str(layout.assignment) in report.problems[0]

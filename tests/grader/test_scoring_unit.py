@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from grader.core.assignment import Assignment, load_assignment
 from grader.core.matrix import Matrix
-from grader.core.models import Outcome, SuiteRun, TestOutcome, TestStatus
+from grader.core.models import Outcome, Report, SuiteRun, TestOutcome, TestStatus
 from grader.core.paths import default_layout
 from grader.core.scoring import HIDDEN_HINT, score_suite, shown_ids, student_view
 from grader.core.variants import Variant, VariantKind, build_variants
@@ -229,3 +231,39 @@ def test_the_student_view_renames_hidden_mutants_but_never_a_test_named_like_one
     assert [str(p) for p in staff.problems] == [f"s04: {crash}"]
     # The staff report names s04 where it means the mutant, and keeps the test's id whole too.
     assert any("on variant s04" in str(r) and "test_s04_shape" in str(r) for r in staff.reasons)
+
+
+def test_a_students_report_holds_sentences_that_every_reader_of_the_old_schema_parses(
+    variants: list[Variant], assignment: Assignment
+) -> None:
+    """A student's lines are plain strings (a student package of the old schema reads them as
+    ``list[str]``); a staff report keeps the variants it names as data."""
+    from grader.core.matrix import BudgetStop
+
+    matrix = _matrix(variants, ["t"])
+    matrix = Matrix(first=matrix.first, second=matrix.second,
+                    budget_stop=BudgetStop(budget=2.0, test="t", variant="s04"))
+    student = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="student")
+    staff = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="staff")
+    document = json.loads(student.model_dump_json(by_alias=True))
+    assert document["reasons"] and all(isinstance(r, str) for r in document["reasons"] + document["problems"])
+    assert any(isinstance(r, dict) for r in json.loads(staff.model_dump_json(by_alias=True))["reasons"])
+
+
+def test_a_report_stored_under_the_old_schema_shows_a_student_no_hidden_mutant(variants: list[Variant]) -> None:
+    """Reports stored before lines named variants as data hold them as sentences: the student's
+    view still replaces every hidden mutant's id (s04 and s12 are hidden)."""
+    stored = {
+        "schema": "mutagrade.report/1", "submission": "s", "audience": "staff", "passed": False,
+        "reasons": ["required mutant(s) not killed: s04, s12", "the grading budget ran out on variant s12: stopped"],
+        "problems": ["s04: the run crashed", "s12: the run crashed"],
+        "score": {"kill_rate": 0.5, "killed": 6, "total": 12, "threshold": 0.7,
+                  "required": ["s02", "s04"], "required_missing": ["s04"]},
+        "tests": [], "mutants": [], "variants": [v.id for v in variants],
+    }
+    report = Report.model_validate_json(json.dumps(stored))
+    seen = json.loads(student_view(report, variants).model_dump_json(by_alias=True))
+    lines = seen["reasons"] + seen["problems"]
+    assert all(isinstance(line, str) for line in lines)
+    assert not [line for line in lines if "s04" in line or "s12" in line], lines
+    assert seen["problems"] == ["hidden mutant 1: the run crashed", "hidden mutant 2: the run crashed"]
