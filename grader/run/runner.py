@@ -31,7 +31,7 @@ from grader.sandbox.base import SandboxLimits, SandboxMode
 from grader.sandbox.process import SandboxedWorker, close_workers
 from grader.core.protocol import JobSettings, RunHeader, WorkerSandbox, encode_frame
 
-__all__ = ["RunLimits", "WorkerProcess", "close_all", "job_settings", "run_suites"]
+__all__ = ["RunLimits", "WorkerLost", "WorkerProcess", "close_all", "job_settings", "run_suites"]
 
 _STDERR_TAIL = 64 * 1024
 _SILENCE_SLACK = 30.0  # seconds past a run's own limit before a silent worker is given up
@@ -107,10 +107,16 @@ def job_settings(
     )
 
 
+class WorkerLost(RuntimeError):
+    """A worker died or went silent with runs it never reported: nothing of them is evidence
+    about the tests (an internal error, graded again), unlike a run whose own processes died."""
+
+
 @dataclass(frozen=True)
 class _Result:
     worker: WorkerProcess
     run: SuiteRun
+    lost: bool = False  # the worker is gone without reporting this run (``run.crashed`` says how)
 
 
 class WorkerProcess:
@@ -214,7 +220,7 @@ class WorkerProcess:
             if self._finished:
                 raise RuntimeError("the worker was told no more runs would come")
             if self._gone:  # nobody will answer: the run comes back crashed at once
-                self.results.put(_Result(self, self._lost(run, self._gone)))
+                self.results.put(_Result(self, self._lost(run, self._gone), lost=True))
                 return
             run_id = self._next_id
             self._next_id += 1
@@ -301,7 +307,7 @@ class WorkerProcess:
             lost = list(self._outstanding.values())
             self._outstanding.clear()
         for run in lost:
-            self.results.put(_Result(self, self._lost(run, self._gone)))
+            self.results.put(_Result(self, self._lost(run, self._gone), lost=True))
 
     def _lost(self, run: WorkerRun, why: str) -> SuiteRun:
         return SuiteRun(variant=run.variant, hash_seed=self.hash_seed, attempt=run.attempt, crashed=why)

@@ -31,7 +31,7 @@ from grader.run.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
 from grader.core.matrix import BudgetStop, Matrix, needs_confirmation
 from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.core.paths import Layout
-from grader.run.runner import RunLimits, WorkerProcess, _Result, _silence_limit, close_all
+from grader.run.runner import RunLimits, WorkerLost, WorkerProcess, _Result, _silence_limit, close_all
 from grader.sandbox.base import SandboxMode
 from grader.core.variants import Variant, VariantKind
 
@@ -231,6 +231,10 @@ class _MatrixRun:
             self.in_flight -= 1
             self.received += 1
             self.busy[item.worker] -= 1
+            if item.lost and self.stop is None:
+                # Not the budget's stop: a worker died or hung. What it lost would read as the
+                # tests' doing (every test brittle on a wheat, a mutant left alive): judge nothing.
+                raise WorkerLost(f"a grading worker was lost, nothing of this grading is judged: {item.run.crashed}")
             self.ready.add(item.worker)
             stop = self.budget.charge(item.run)
             if stop is not None and self.stop is None:

@@ -22,7 +22,7 @@ from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.core.paths import default_layout
 from grader.core.scoring import score_suite
 from grader.core.variants import Variant, VariantKind, VariantSpec
-from grader.run.runner import RunLimits, _Result
+from grader.run.runner import RunLimits, WorkerLost, _Result
 from grader.run.scheduler import RECHECK, _MatrixRun
 
 P, F, T, E = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.ERROR
@@ -109,6 +109,7 @@ class World:
     cpu_s: float = 0.01
     last: tuple[str, ...] = ()
     out_of_budget: dict[str, tuple[str, Budget]] = field(default_factory=dict)  # variant -> test, budget
+    lost: tuple[str, ...] = ()  # variants whose first run its worker loses (it dies before reporting it)
     log: list[Sent] = field(default_factory=list)
     answered: list[SuiteRun] = field(default_factory=list)
     pending: list[tuple[FakeWorker, Sent]] = field(default_factory=list)
@@ -129,6 +130,9 @@ class World:
         ready = [p for p in self.pending if f"{p[1].run.variant}@{p[0].hash_seed}" not in self.last]
         worker, sent = (ready or self.pending)[0]
         self.pending.remove((worker, sent))
+        if sent.run.variant in self.lost and sent.run.attempt == 1:
+            return _Result(worker, SuiteRun(variant=sent.run.variant, hash_seed=worker.hash_seed, attempt=1,
+                                            crashed="the worker exited without reporting this run"), lost=True)
         answer = self._answer(worker, sent.run)
         self.answered.append(answer)
         return _Result(worker, answer)
@@ -339,3 +343,21 @@ def test_the_reference_is_run_again_among_the_late_runs() -> None:
     assert rechecks and all(s.run.select is None for s in rechecks)
     assert len(matrix.rechecks) == len(rechecks)
 
+
+@pytest.mark.parametrize("variant", ["reference", "w1", "m1"])
+def test_a_run_its_worker_lost_stops_the_grading_instead_of_becoming_a_verdict(variant: str) -> None:
+    """A worker that dies (or goes silent) loses the runs it had: no test of the student's is
+    to blame, so nothing of the grading is judged (an internal error: graded again), rather than
+    every test brittle (a wheat's run lost) or a mutant not killed (a mutant's)."""
+    world = World(lost=(variant,))
+    with pytest.raises(WorkerLost, match="without reporting this run"):
+        _grade(world)
+
+
+def test_after_the_budget_ran_out_the_runs_stopped_with_it_are_kept_as_they_are() -> None:
+    """Once the budget has run out the schedule stops the workers itself: what they lose then
+    is what the budget stopped, kept as it is."""
+    world = World(out_of_budget={"w1": ("t::b", Budget.CPU)}, lost=("m1",), last=("m1@1", "m1@2"))
+    matrix, _ = _grade(world)
+    assert matrix.budget_stop is not None and matrix.budget_stop.variant == "w1"
+    assert "without reporting this run" in matrix.first["m1"].crashed  # kept, and no error raised
