@@ -35,6 +35,11 @@ from grader.core.protocol import VARIANT_FILENAME, Outcome, WorkerSandbox
 __all__ = ["TestSession", "TestTimeout", "install_variant", "short_message"]
 
 MESSAGE_CAP = 2000
+# The outcomes a run reports, bound once, at import: the tests' own code runs in this process
+# and may rebind any name it finds (a module's Outcome too), and the report must still go out.
+PASSED, FAILED, ERROR, TIMEOUT, SKIPPED = (
+    Outcome.PASSED.value, Outcome.FAILED.value, Outcome.ERROR.value, Outcome.TIMEOUT.value, Outcome.SKIPPED.value,
+)
 _MESSAGE_LINES = 12  # lines of an exception's text kept in a reason (numpy's assert messages run to about 8)
 
 
@@ -125,22 +130,22 @@ class Reporter:
         return report
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        outcome: Outcome | None = None
+        outcome: str | None = None
         if report.when == "call":
             if report.passed:
-                outcome = Outcome.PASSED
+                outcome = PASSED
             elif report.skipped:
-                outcome = Outcome.SKIPPED
+                outcome = SKIPPED
             else:
-                outcome = Outcome.TIMEOUT if getattr(report, "timed_out", False) else Outcome.FAILED
+                outcome = TIMEOUT if getattr(report, "timed_out", False) else FAILED
         elif report.failed:  # setup or teardown
-            outcome = Outcome.TIMEOUT if getattr(report, "timed_out", False) else Outcome.ERROR
+            outcome = TIMEOUT if getattr(report, "timed_out", False) else ERROR
         elif report.when == "setup" and report.skipped:
-            outcome = Outcome.SKIPPED
+            outcome = SKIPPED
         if outcome is None:
             return
         message = ""
-        if outcome != Outcome.PASSED:
+        if outcome != PASSED:
             message = self.messages.pop(f"{report.nodeid}\0{report.when}", None) or _longrepr_message(report.longreprtext)
         self.send(result={
             "test_id": self._id(report.nodeid), "outcome": outcome, "message": message,
