@@ -382,6 +382,10 @@ class _Worker:
             chunk = os.read(run.fd, 65536)
         except BlockingIOError:
             return
+        except ConnectionResetError:
+            # The test process is gone with a "go on" of ours unread (killed at its first kill,
+            # say): the end of its report, as for any process that died.
+            chunk = b""
         if chunk:
             run.feed(chunk)
             return
