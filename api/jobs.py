@@ -18,7 +18,7 @@ from api.db import Submission
 from grader.core.assignment import load_assignment
 from grader.core.caps import report_json_within
 from grader.flows.grading import GradingInputError, grade_suite
-from grader.core.journal import JournalFormatError
+from grader.core.journal import NO_JOURNAL, JournalFormatError
 from grader.core.models import Audience, JournalSummary
 from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
@@ -71,7 +71,7 @@ def grade_submission(
             files = unpack(submission.archive, Path(tmp), archive_limits(settings))
             journal = None
             if files.journal is None and assignment.require_journal:
-                journal = JournalSummary(checked=True, ok=False, problems=["no journal (.tdd/journal.jsonl) was submitted"])
+                journal = JournalSummary(checked=True, ok=False, problems=[NO_JOURNAL])
             report = grade_suite(
                 files.tests,
                 layout=layout,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import email
+import json
 import importlib.metadata as metadata
 import os
 import re
@@ -366,6 +367,8 @@ def test_tdd_and_check_run_each_test_under_the_courses_assignment_limit(installe
     shipped = assignment.read_text(encoding="utf-8")
     assert "test_timeout_s = 10.0" in shipped
     tight = shipped.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0")
+    # Seconds of work on any machine: far past 1 s, well within 60 s (not 10: a slower CPU).
+    loose = shipped.replace("test_timeout_s = 10.0", "test_timeout_s = 60.0")
     repo = installed.student_repo("limits")
     (repo / "python/tests/l3-3-gru/test_slow.py").write_text(SLOW)
     try:
@@ -376,7 +379,7 @@ def test_tdd_and_check_run_each_test_under_the_courses_assignment_limit(installe
         assert green.returncode == 1, green.stdout + green.stderr
         assert "test_slow.py::test_slow_but_right (timeout)" in green.stderr, green.stderr
 
-        assignment.write_text(shipped, encoding="utf-8")  # 10 s: the green is recorded
+        assignment.write_text(loose, encoding="utf-8")  # a longer limit: the same green is recorded
         green = installed.run("mutagrade", "tdd", "green", cwd=repo)
         assert green.returncode == 0, green.stdout + green.stderr
         assignment.write_text(tight, encoding="utf-8")
@@ -421,3 +424,36 @@ def test_check_with_torch_and_a_server_compares_with_torch_and_submits(installed
     assert f"Mutation grade: submitting your tests and journal to {api.url}" in done.stdout
     assert "VERDICT: PASSED" in done.stdout and "killed (12/12)" in done.stdout, done.stdout[-3000:]
     assert f"report page: {api.url}/submissions/1" in done.stderr, done.stderr
+
+
+def test_a_student_who_loosens_the_packages_limits_is_still_judged_by_the_courses(installed, tmp_path):
+    """The attack: edit the installed package's copy of the assignment so that a test too slow
+    for the course goes green locally. Grading replays the journal under the server's own
+    assignment (here 1 s a test), never the student's copy: the journal does not verify."""
+    assignment = installed.site / "grader" / "course" / "mutants" / "assignment.toml"
+    shipped = assignment.read_text(encoding="utf-8")
+    repo = installed.student_repo("loosened")
+    (repo / "python/tests/l3-3-gru/test_slow.py").write_text(SLOW)
+    try:
+        # Red as the existing test does it (a time-out is a failure), then green on a copy
+        # loosened to 60 s a test.
+        assignment.write_text(shipped.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"), encoding="utf-8")
+        red = installed.run("mutagrade", "tdd", "red", cwd=repo)
+        assert red.returncode == 0, red.stdout + red.stderr
+        assignment.write_text(shipped.replace("test_timeout_s = 10.0", "test_timeout_s = 60.0"), encoding="utf-8")
+        green = installed.run("mutagrade", "tdd", "green", cwd=repo)
+        assert green.returncode == 0, green.stdout + green.stderr  # recorded under the loosened copy
+    finally:
+        assignment.write_text(shipped, encoding="utf-8")
+    course = tmp_path / "assignment.toml"
+    course.write_text(LAYOUT.assignment.read_text().replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
+    graded = subprocess.run(
+        [sys.executable, "-m", "api.cli", "grade", str(repo / "python/tests/l3-3-gru"), "--journal",
+         str(repo / ".tdd/journal.jsonl"), "--assignment", str(course), "--format", "json"],
+        capture_output=True, text=True, timeout=600, cwd=LAYOUT.root,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+    report = json.loads(graded.stdout)
+    assert graded.returncode == 1 and not report["journal"]["ok"], graded.stderr[-2000:]
+    assert any("test_slow.py::test_slow_but_right: timeout when its green snapshot was replayed" in p
+               for p in report["journal"]["problems"]), report["journal"]["problems"]

@@ -33,6 +33,7 @@ __all__ = [
     "Journal",
     "JournalEntry",
     "JournalFormatError",
+    "NO_JOURNAL",
     "Phase",
     "RED_OUTCOMES",
     "blob_problems",
@@ -49,6 +50,7 @@ __all__ = [
 
 FORMAT_VERSION = 1
 GRU_FILE = "tinyllm/rnn/gru.py"  # the implementation file, relative to the implementation folder
+NO_JOURNAL = "no journal (.tdd/journal.jsonl) was submitted"  # the problem of a submission without one
 
 
 class JournalFormatError(ValueError):

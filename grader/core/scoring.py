@@ -312,9 +312,9 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
             if isinstance(line, Mention):
                 line = str(line.renamed(names))
             elif legacy:
+                end = "" if anywhere else ":"
                 for variant_id in hidden:
-                    line = line.replace(variant_id if anywhere else f"{variant_id}:", names[variant_id] if anywhere
-                                        else f"{names[variant_id]}:")
+                    line = line.replace(variant_id + end, names[variant_id] + end)
             renamed.append(line)
         return renamed
 

@@ -31,7 +31,7 @@ from grader.flows.archive import ArchiveError, ArchiveLimits, unpack
 from grader.core.assignment import Assignment
 from grader.core.caps import cap_text
 from grader.flows.grading import grade_suite
-from grader.core.journal import JournalFormatError
+from grader.core.journal import NO_JOURNAL, JournalFormatError
 from grader.flows.replay import verify_journal
 from grader.run.scheduler import WorkerPool
 from grader.core.models import Audience, JournalSummary, Report
@@ -58,7 +58,6 @@ __all__ = [
 STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
 JOURNAL = Path(".tdd") / "journal.jsonl"
 CSV_FIELDS = ("student", "passed", "kill_rate", "killed", "total", "missing_required", "journal", "problems")
-NO_JOURNAL = "no journal (.tdd/journal.jsonl) was submitted"  # as the service says it
 NOT_GRADED_SCHEMA = "mutagrade.not-graded/1"
 MAX_AHEAD = 8  # each submission prepared ahead replays in a worker (and a sandbox user) of its own
 
