@@ -266,6 +266,19 @@ def _cmd_bundle(args: argparse.Namespace, layout: Layout) -> int:
     return run_bundle_command(args, layout)
 
 
+def _cmd_starter(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.flows.starter import StarterError, write_starter
+
+    dest = Path(args.dir)
+    try:
+        written = write_starter(layout, dest)
+    except StarterError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote the starter repository to {dest}/ ({len(written)} files): the framework, gru.py as the "
+          "contract stub, the given test, an empty journal and the CI templates; nothing of the answer key")
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------ parser
 def _root_parser(kind: type[argparse.ArgumentParser] = argparse.ArgumentParser):
     parser = kind(prog="mutagrade", description="Mutation grading of test-first GRU test suites.")
@@ -341,6 +354,10 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     bundle.add_argument("--ref", help="the branch or tag of --repository to clone")
     bundle.add_argument("--assignment", help="the assignment file to grade with (default: mutants/assignment.toml)")
     bundle.set_defaults(run=_cmd_bundle)
+
+    starter = commands.add_parser("starter", help="staff: the repository students start from (no answer key)")
+    starter.add_argument("dir", help="a new or empty folder to write it into")
+    starter.set_defaults(run=_cmd_starter)
 
     variants = commands.add_parser("variants", help="list, show or export the variants")
     verbs = variants.add_subparsers(dest="verb", required=True, metavar="VERB")

@@ -81,3 +81,35 @@ def test_no_command_builds_limits_of_its_own(path: Path) -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("RunLimits", "Limits"):
             built.append(f"line {node.lineno}: {node.func.id}(...)")
     assert not built, f"{path.relative_to(ROOT)}: {built}"
+
+
+def _private_imports(path: Path) -> list[str]:
+    """Each ``_name`` this module takes from another module of the project: imported by name
+    (``from grader.x import _y``), or reached as an attribute of an imported module
+    (``import grader.x as x; x._y``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: list[str] = []
+    modules: dict[str, str] = {}  # local name -> module of the project
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("grader", "api", "tinyllm"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path}:{node.lineno}: {node.module}.{alias.name}")
+                elif not alias.name.startswith("_"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in ("grader", "api", "tinyllm"):
+                    modules[alias.asname or alias.name.split(".")[0]] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in modules):
+            found.append(f"{path}:{node.lineno}: {modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_a_module() -> None:
+    """A ``_name`` stays in its module: what another module needs is public (the sandbox's
+    layers hand each other public functions)."""
+    crossing = [line for folder in ("grader", "api") for path in _modules(folder) for line in _private_imports(path)]
+    assert crossing == [], "\n".join(crossing)

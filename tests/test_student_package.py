@@ -4,43 +4,39 @@ lists no staff command, and holds nothing of the answer key (no line of the refe
 ``gru.py``, of a patch or of the manifest; no hidden mutant's title or pitfall).
 
 The fresh venv gets its runtime dependencies, offline, as copies of the distributions this
-environment has installed (every file its RECORD lists; ``pip check`` then confirms they satisfy
-what the wheel requires); the student wheel itself is installed by pip from the file, with no
-index. The module builds the wheel once and installs it twice: without torch, and with torch (for
-the live comparison). Each venv lives in a folder the sandbox users may read, like a student's
-own installation."""
+environment has installed (``pip check`` then confirms they satisfy what the wheel requires); the
+student wheel itself is installed by pip from the file, with no index (tests/student_wheel.py).
+The module builds the wheel once and installs it twice: without torch, and with torch (for the
+live comparison). A repository made by ``mutagrade starter`` goes red, then green, with it."""
 
 from __future__ import annotations
 
 import ast
-import email
 import json
-import importlib.metadata as metadata
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-from grader import __version__
 from grader.core.paths import default_layout
+from grader.flows.starter import write_starter
 from tests.services import ApiProcess, free_port, service_env
+from tests.student_wheel import Installed, build_wheel, readable_folder, student_venv
 
 LAYOUT = default_layout()
 REPO = LAYOUT.root
-WHEEL = f"mutagrade_student-{__version__}-py3-none-any.whl"
 STUDENT_COMMANDS = {"tdd", "check", "submit"}
 STAFF_COMMANDS = (
     "grade", "grade-batch", "serve", "worker", "admin", "variants", "calibrate", "golden", "bundle", "demo", "doctor",
+    "starter",
 )
 # Modules a shipped one imports that the student package leaves out on purpose.
 NOT_SHIPPED = {
@@ -58,123 +54,20 @@ def test_a_new_red_test():
 '''
 
 
-@dataclass(frozen=True)
-class Installed:
-    wheel: Path
-    venv: Path
-    site: Path
-    home: Path  # a folder for the student's repositories, readable by the sandbox users
-
-    @property
-    def env(self) -> dict[str, str]:
-        """A student's shell: the venv's bin first, nothing of this run's own environment."""
-        return {
-            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
-            "OPENBLAS_NUM_THREADS": "1",
-        }
-
-    def run(self, *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(self.venv / "bin" / argv[0]), *argv[1:]], cwd=cwd or self.home, env=env or self.env,
-            capture_output=True, text=True, timeout=timeout,
-        )
-
-    def student_repo(self, name: str) -> Path:
-        dest = self.home / name
-        shutil.copytree(LAYOUT.examples / "student", dest, ignore=shutil.ignore_patterns("__pycache__"))
-        return dest
-
-
-def _requirements(wheel: Path) -> list[Requirement]:
-    with zipfile.ZipFile(wheel) as archive:
-        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        meta = email.message_from_bytes(archive.read(name))
-    return [Requirement(line) for line in meta.get_all("Requires-Dist") or []]
-
-
-def _closure(requirements: list[Requirement]) -> list[metadata.Distribution]:
-    """The installed distributions ``requirements`` need, transitively (no extras, markers
-    evaluated here)."""
-    found: dict[str, metadata.Distribution] = {}
-    todo = [r for r in requirements if r.marker is None or r.marker.evaluate({"extra": ""})]
-    while todo:
-        requirement = todo.pop()
-        key = re.sub(r"[-_.]+", "-", requirement.name).lower()
-        if key in found:
-            continue
-        found[key] = dist = metadata.distribution(requirement.name)
-        for line in dist.requires or []:
-            nested = Requirement(line)
-            if nested.marker is None or nested.marker.evaluate({"extra": ""}):
-                todo.append(nested)
-    return list(found.values())
-
-
-def _seed(dist: metadata.Distribution, site: Path) -> None:
-    """Copy an installed distribution's files (those inside site-packages) into ``site``."""
-    for file in dist.files or []:
-        if file.parts[0] == "..":  # console scripts: they name this environment's interpreter
-            continue
-        source = Path(dist.locate_file(file))
-        if not source.is_file() or "__pycache__" in file.parts:
-            continue
-        target = site / file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copy2(source, target)
-
-
-def _venv(root: Path, wheel: Path, extra: list[Requirement]) -> Installed:
-    """A fresh venv under ``root`` with the wheel installed by pip (no index) and, copied, the
-    distributions it and ``extra`` need."""
-    venv = root / "venv"
-    # No pip of its own (ensurepip costs seconds): this environment's pip installs into it.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
-                   timeout=300)
-    [site] = (venv / "lib").glob("python3*/site-packages")
-    for needed in _closure(_requirements(wheel) + extra):
-        _seed(needed, site)
-    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--disable-pip-version-check",
-           "--no-input"]
-    done = subprocess.run([*pip, "install", "--no-deps", "--no-index", str(wheel)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    check = subprocess.run([*pip, "check"], capture_output=True, text=True, timeout=120)
-    assert check.returncode == 0, f"the wheel's requirements are not met:\n{check.stdout}{check.stderr}"
-    home = root / "home"
-    home.mkdir(mode=0o755)
-    return Installed(wheel=wheel, venv=venv, site=site, home=home)
-
-
-def _readable_folder(prefix: str) -> Path:
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    path.chmod(0o755)  # the sandbox users read the venv and the repositories in it
-    return path
-
-
 @pytest.fixture(scope="module")
 def wheel() -> Iterator[Path]:
-    dist = _readable_folder("mutagrade-student-wheel-")
+    dist = readable_folder("mutagrade-student-wheel-")
     try:
-        built = subprocess.run(
-            ["make", "-s", "-C", str(REPO), "student-package", f"STUDENT_DIST={dist}"],
-            capture_output=True, text=True, timeout=300,
-        )
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        assert (dist / WHEEL).is_file(), f"expected {WHEEL}; the build wrote {sorted(p.name for p in dist.iterdir())}"
-        yield dist / WHEEL
+        yield build_wheel(dist)
     finally:
         shutil.rmtree(dist, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def installed(wheel: Path) -> Iterator[Installed]:
-    root = _readable_folder("mutagrade-student-package-")
+    root = readable_folder("mutagrade-student-package-")
     try:
-        yield _venv(root, wheel, [])
+        yield student_venv(root, wheel, [])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -182,9 +75,9 @@ def installed(wheel: Path) -> Iterator[Installed]:
 @pytest.fixture(scope="module")
 def installed_with_torch(wheel: Path) -> Iterator[Installed]:
     """The same, in a venv that has torch too (as the dev venv has it: its files are linked)."""
-    root = _readable_folder("mutagrade-student-package-torch-")
+    root = readable_folder("mutagrade-student-package-torch-")
     try:
-        yield _venv(root, wheel, [Requirement("torch")])
+        yield student_venv(root, wheel, [Requirement("torch")])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -192,10 +85,12 @@ def installed_with_torch(wheel: Path) -> Iterator[Installed]:
 # ------------------------------------------------------------------ what it holds
 def _answer_key() -> tuple[set[str], list[str]]:
     """The distinctive lines of the reference's gru.py, of every patch and of the manifest,
-    and the hidden mutants' titles and pitfalls (to find as substrings)."""
+    and the hidden mutants' titles and pitfalls (to find as substrings). A line the course hands
+    out anyway (the contract stub, the course tests, the framework around gru.py) is none."""
+    framework = [path for path in (LAYOUT.reference / "tinyllm").rglob("*.py") if path != LAYOUT.gru_source]
     course = {
         line.strip()
-        for path in [LAYOUT.reference / "tinyllm" / "rnn" / "gru.pyi", *LAYOUT.course_tests.glob("*.py")]
+        for path in [LAYOUT.reference / "tinyllm" / "rnn" / "gru.pyi", *LAYOUT.course_tests.glob("*.py"), *framework]
         for line in path.read_text(encoding="utf-8").splitlines()
     }
     lines = LAYOUT.gru_source.read_text(encoding="utf-8").splitlines()
@@ -304,7 +199,7 @@ def test_help_lists_the_student_commands_only(installed):
     menus = set(re.findall(r"\{([a-z,-]+)\}", done.stdout))
     assert {frozenset(m.split(",")) for m in menus} == {frozenset(STUDENT_COMMANDS)}, done.stdout
     words = set(re.findall(r"[a-z-]+", done.stdout))
-    assert not {"grade-batch", "calibrate", "variants", "serve", "admin", "bundle"} & words, done.stdout
+    assert not {"grade-batch", "calibrate", "variants", "serve", "admin", "bundle", "starter"} & words, done.stdout
     for staff in STAFF_COMMANDS:
         refused = installed.run("mutagrade", staff, "s04")
         assert refused.returncode == 2 and "invalid choice" in refused.stderr, (staff, refused.stderr)
@@ -325,6 +220,23 @@ def test_tdd_status_and_red_on_a_student_repository(installed):
     red = installed.run("mutagrade", "tdd", "red", cwd=repo)
     assert red.returncode == 0, red.stdout + red.stderr
     assert "red recorded (entry 21): new failing test(s): test_new_red.py::test_a_new_red_test" in red.stdout
+
+
+def test_a_starter_repository_goes_red_then_green_with_the_student_package(installed):
+    """What a student starts from (``mutagrade starter``): the given test is the first red
+    against the stub, and a written GRU turns it green; the journal then verifies."""
+    repo = installed.home / "starter"
+    write_starter(LAYOUT, repo)
+    status = installed.run("mutagrade", "tdd", "status", cwd=repo)
+    assert status.returncode == 0 and "0 entries" in status.stdout, status.stdout + status.stderr
+    red = installed.run("mutagrade", "tdd", "red", cwd=repo)
+    assert red.returncode == 0, red.stdout + red.stderr
+    assert "red recorded (entry 1): new failing test(s): test_gru.py::test_hand_example_gru_cell" in red.stdout
+    (repo / "python/tinyllm/rnn/gru.py").write_bytes(LAYOUT.gru_source.read_bytes())  # the student writes it
+    green = installed.run("mutagrade", "tdd", "green", cwd=repo)
+    assert green.returncode == 0 and "green recorded (entry 2)" in green.stdout, green.stdout + green.stderr
+    done = installed.run("mutagrade", "check", cwd=repo)
+    assert done.returncode == 0 and "Journal: verified (2 entries" in done.stdout, done.stdout + done.stderr
 
 
 def test_check_without_a_server_checks_locally_and_says_how_to_get_the_grade(installed):

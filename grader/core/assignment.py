@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grader.core.tomlfile import field_problems, read_toml
 
 __all__ = ["Assignment", "AssignmentError", "Limits", "load_assignment"]
+
+# A course test as given_tests names it: "test_x", or "test_file.py::test_x" ("::Class::" between).
+_TEST_NAME = re.compile(r"(?:[\w./-]+\.py::)?(?:\w+::)*\w+")
 
 
 class AssignmentError(ValueError):
@@ -25,7 +29,8 @@ class Limits(BaseModel):
     away from it, ``max(timeout_floor_s, timeout_factor × its time on the reference)``, at most
     ``test_timeout_s``; after a time-out, later tests of that run get at most the floor. The
     budgets bound one grading: CPU seconds of every run together, seconds of wall clock from
-    the first run sent, and the memory every run's processes hold together (None: no bound).
+    the first run sent, and the memory every run's processes hold together (None: no bound);
+    the journal's replay spends them first, and the variants' runs get what is left.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -38,6 +43,9 @@ class Limits(BaseModel):
     budget_cpu_s: float | None = Field(default=300.0, gt=0)
     budget_wall_s: float | None = Field(default=120.0, gt=0)
     budget_memory_mb: int | None = Field(default=2048, ge=256)
+    # The most entries a red-then-green journal may hold (two per test, red then green): every
+    # entry is a run when the journal is replayed, so a longer one is refused before any is.
+    max_journal_entries: int = Field(default=100, ge=2)
 
     @property
     def memory_bytes(self) -> int:
@@ -63,6 +71,11 @@ class Assignment(BaseModel):
     threshold: float = Field(ge=0.0, le=1.0)
     allow_invalid_tests: bool = False
     require_journal: bool = False
+    # Copies of the course tests (grader/core/copies.py): a test at least this similar to a
+    # course test is not valid; the given tests (course tests handed out to start from, by name
+    # or as "file.py::name") may be submitted as they are.
+    copy_similarity: float = Field(default=0.8, gt=0.0, le=1.0)
+    given_tests: tuple[str, ...] = ()
     # Gradescope's results.json (grader/report/gradescope.py): the points follow the verdict
     # (full when passed, else gradescope_not_passed_share per killed mutant) or count kills;
     # hidden mutants can be revealed after the due date (a test's visibility on Gradescope).
@@ -70,6 +83,14 @@ class Assignment(BaseModel):
     gradescope_not_passed_share: float = Field(default=0.5, ge=0.0, lt=1.0)
     gradescope_hidden_hints: Literal["never", "after_due_date", "after_published"] = "never"
     limits: Limits = Limits()
+
+    @field_validator("given_tests")
+    @classmethod
+    def _test_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [name for name in value if not _TEST_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"must name course tests as test_x or test_file.py::test_x, got {bad}")
+        return value
 
 
 def load_assignment(path: Path) -> Assignment:

@@ -124,12 +124,12 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def load_journal(path: Path) -> Journal:
-    """Read a journal file.
+def load_journal(path: Path, *, max_entries: int | None = None) -> Journal:
+    """Read a journal file (of at most ``max_entries`` lines, when given).
 
     Raises:
-        JournalFormatError: if the file is missing or a line is not a journal entry (the
-            message names the line and the field).
+        JournalFormatError: if the file is missing, holds more than ``max_entries`` lines, or
+            a line is not a journal entry (the message names the line and the field).
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -138,6 +138,11 @@ def load_journal(path: Path) -> Journal:
     except UnicodeDecodeError as exc:
         raise JournalFormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     lines = text.splitlines()
+    if max_entries is not None and len(lines) > max_entries:
+        raise JournalFormatError(
+            f"{path}: the journal holds {len(lines)} entries, more than the {max_entries} the assignment allows "
+            f"(max_journal_entries): nothing of it was replayed"
+        )
     entries = []
     for number, line in enumerate(lines, start=1):
         try:
@@ -272,16 +277,18 @@ def history(journal: Journal) -> dict[str, str]:
 
 
 def verify(
-    journal_path: Path, tests_dir: Path, *, replay: Callable[[Journal], list[str]] | None = None
+    journal_path: Path, tests_dir: Path, *, replay: Callable[[Journal], list[str]] | None = None,
+    max_entries: int | None = None,
 ) -> JournalSummary:
     """Check a journal against the submitted tests by every rule of this module, then by
     ``replay`` (which runs its snapshots: :func:`grader.flows.replay.verify_journal` gives it),
     unless its blobs are already wrong.
 
     Raises:
-        JournalFormatError: if the journal cannot be read at all.
+        JournalFormatError: if the journal cannot be read at all, or holds more than
+            ``max_entries`` entries (before anything is replayed).
     """
-    journal = load_journal(journal_path)
+    journal = load_journal(journal_path, max_entries=max_entries)
     problems = chain_problems(journal) + blob_problems(journal) + submission_problems(journal, tests_dir)
     started = time.monotonic()
     if replay is not None and journal.entries and not blob_problems(journal):

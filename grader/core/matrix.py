@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from grader.core.models import Budget, Outcome, SuiteRun
 
-__all__ = ["BudgetStop", "Matrix", "needs_confirmation"]
+__all__ = ["BudgetStop", "Matrix"]
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,11 @@ class Matrix:
         return run.outcome(test_id)
 
     def confirmed_failure(self, test_id: str, variant: str) -> bool:
-        """Whether ``test_id`` failed on ``variant`` for sure: a failed assertion or an error
-        once, or a time-out (or a run that died) twice."""
+        """Whether ``test_id`` failed on ``variant`` for sure: in its run and again in the
+        confirming run, under the other seed (so a test whose verdict is chance's, under one
+        seed the same on every variant, kills nothing)."""
         first = self.first.get(variant)
         if first is None or not first.outcome(test_id).kills:
             return False
-        if not needs_confirmation(first, test_id):
-            return True
         second = self.second.get(variant)
         return second is not None and second.outcome(test_id).kills
-
-
-def needs_confirmation(run: SuiteRun, test_id: str) -> bool:
-    return bool(run.crashed) or run.outcome(test_id) in (Outcome.TIMEOUT, Outcome.MISSING)

@@ -25,6 +25,7 @@ __all__ = [
     "MutantVerdict",
     "Outcome",
     "PolicySummary",
+    "Purpose",
     "Report",
     "Score",
     "SuiteRun",
@@ -42,6 +43,20 @@ class Audience(StrEnum):
 
     STUDENT = "student"
     STAFF = "staff"
+
+
+class Purpose(StrEnum):
+    """Why a run is made (the grader's to know; a run's processes are never told)."""
+
+    FIRST = "first"  # a variant's first run: the reference under the first seed, a wheat, a mutant
+    SECOND_SEED = "second_seed"  # the reference under the second seed
+    CONFIRMING = "confirming"  # a mutant's killing tests again, under the other seed
+    CONTINUING = "continuing"  # a mutant's tests not reached, after a kill that did not hold
+    RECHECK = "recheck"  # the reference again, among the late runs
+
+    @property
+    def late(self) -> bool:
+        return self in (Purpose.CONFIRMING, Purpose.CONTINUING, Purpose.RECHECK)
 
 
 class TestOutcome(BaseModel):
@@ -63,7 +78,7 @@ class SuiteRun(BaseModel):
 
     variant: str
     hash_seed: int
-    attempt: int = 1  # 2: the confirming re-run of the tests that failed in attempt 1
+    purpose: Purpose = Purpose.FIRST
     results: tuple[TestOutcome, ...] = ()
     collection_errors: tuple[str, ...] = ()
     crashed: str = ""  # why the child ended abnormally, if it did
@@ -97,7 +112,8 @@ class WorkerRun(BaseModel):
     source: str
     # Node ids to report (a run's test process runs every test, whatever the run); None: all.
     select: list[str] | None = None
-    attempt: int = 1  # 2: a confirming re-run
+    purpose: Purpose = Purpose.FIRST
+    seed: int | None = None  # the hash seed (the worker) it must run under; None: either
     tests: str | None = None  # a sub-folder of the job's tests to run instead of all of it
     time_limits: dict[str, float] | None = None  # test id -> seconds, instead of the test limit
     stop_at_first_kill: bool = False  # stop at the first selected test that does not pass
@@ -176,6 +192,7 @@ class TestStatus(StrEnum):
     WRONG = "wrong"  # fails on the reference
     FLAKY = "flaky"  # differs between the reference's runs
     BRITTLE = "brittle"  # passes on the reference, fails on a correct implementation (a wheat)
+    COPIED = "copied"  # a course test handed in as one's own (grader/core/copies.py), whatever its runs
 
 
 class TestVerdict(BaseModel):
@@ -190,6 +207,11 @@ class TestVerdict(BaseModel):
     kills: list[str]  # mutant ids (or "hidden mutant N") this valid test killed, confirmed
     reason: str = ""  # for an invalid test: which correct implementation it rejected, and why
     outcomes: dict[str, Outcome] = {}  # variant id (as shown) -> first-run outcome
+    # How like the closest course test it is (0 to 1), and which that is ("reference/tests/
+    # test_x.py::test_y"); None where it was not compared. A student's report has them only for a
+    # copied test (its reason names the course test anyway).
+    similarity: float | None = None
+    similar_to: str = ""
 
 
 class MutantVerdict(BaseModel):
@@ -228,6 +250,7 @@ class JournalSummary(BaseModel):
     entries: int = 0
     history: dict[str, str] = {}  # test id -> "red at entry 3, green at entry 4"
     replay_s: float = 0.0  # time spent re-running the snapshots
+    replay_cpu_s: float = 0.0  # CPU seconds those runs used (spent of the grading's budget)
     problems_omitted: int = 0  # problems found beyond those listed (grader.core.caps)
     history_omitted: int = 0  # tests whose history is not listed
 
@@ -273,7 +296,8 @@ class PolicySummary(BaseModel):
 class Timing(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    total_s: float = 0.0
+    total_s: float = 0.0  # the whole grading, the journal's replay included
+    journal_s: float = 0.0  # the journal's replay (its runs spend the grading's budgets first)
     runs: int = 0  # suite runs, confirmations included
     tests_s: float = 0.0  # time spent inside the tests themselves, summed over runs
     cpu_s: float = 0.0  # CPU seconds of every run together (what the grading budget counts)

@@ -51,6 +51,12 @@ class Layout:
     def examples(self) -> Path:
         return self.root / "examples"
 
+    @property
+    def starter(self) -> Path:
+        """What the course hands students beside the framework (the given test, a README), at
+        its paths in their repository: ``mutagrade starter`` adds the rest."""
+        return self.reference / "starter"
+
 
 def default_layout() -> Layout:
     """The layout of the checkout this package was installed from (an editable install)."""

@@ -10,7 +10,8 @@ Besides the builtins that turn a string into an attribute look-up or into code (
 ``eval``, ...), the helpers of the allowed modules that do the same (``operator.attrgetter``,
 ``typing.get_type_hints``, ``pytest.importorskip``, ...) and the attributes through which an
 allowed module exposes another module (``dataclasses.builtins``, ``typing.types``) are refused
-too. The suite's walk and the rules about its files are :mod:`grader.core.policy`.
+too, as is a string condition of a ``skipif`` or ``xfail`` mark, which pytest evaluates as
+code. The suite's walk and the rules about its files are :mod:`grader.core.policy`.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ _WHY_FIXTURE = (
 _WHY_HOOK = (
     "a test file may not define pytest hooks (functions named pytest_*): they change how "
     "pytest runs the grading"
+)
+_WHY_STRING_CONDITION = (
+    "pytest evaluates a string condition as Python code, which this check cannot read; "
+    "pass a boolean instead, such as skipif(H > 3, reason=...)"
 )
 _WHY_RELATIVE = "relative imports load other files; keep each test file self-contained"
 _WHY_STAR = "a star import hides which names a test uses; import the names you need"
@@ -190,6 +195,11 @@ _FIXTURES = frozenset(
 
 _HOOK_PREFIX = "pytest_"
 
+# Marks whose conditions pytest evaluates when one is a string (``skipif("sys.platform")``),
+# and the keyword that may hold the condition instead of the first argument.
+_CONDITION_MARKS = frozenset({"skipif", "xfail"})
+_CONDITION_KEYWORD = "condition"
+
 
 # ---------------------------------------------------------------------------- public API
 def check_tree(
@@ -290,6 +300,91 @@ def _import_why(allowed: tuple[str, ...]) -> str:
     return f"student tests may import only {' and '.join(parts)}"
 
 
+def _bindings(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """Each name the file binds to a value it can see, with that value: assignments, walrus,
+    loop and comprehension targets (the iterable), parameters with a default."""
+    pairs: list[tuple[str, ast.AST]] = []
+
+    def names(target: ast.AST) -> list[str]:
+        return [n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            pairs += [(name, node.value) for target in node.targets for name in names(target)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            pairs += [(name, node.value) for name in names(node.target)]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            pairs += [(name, node.iter) for name in names(node.target)]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            pairs += [(name, node.context_expr) for name in names(node.optional_vars)]
+        elif isinstance(node, ast.arguments):
+            positional = [*node.posonlyargs, *node.args]
+            pairs += [(arg.arg, default) for arg, default in zip(positional[len(positional) - len(node.defaults):],
+                                                                  node.defaults)]
+            pairs += [(arg.arg, default) for arg, default in zip(node.kwonlyargs, node.kw_defaults)
+                      if default is not None]
+    return pairs
+
+
+def _text_parts(node: ast.AST) -> tuple[bool, list[str]]:
+    """Where ``node``'s value may come from a string: whether a string literal is there (``"a"``,
+    an f-string, ``"a" + b``, ``"{}".format(x)``, ``str(x)``), and the names there (``b``)."""
+    literal = False
+    names: list[str] = []
+    todo = [node]
+    while todo:
+        part = todo.pop()
+        if isinstance(part, ast.Constant):
+            literal = literal or isinstance(part.value, str)
+        elif isinstance(part, ast.JoinedStr) or (isinstance(part, ast.Name) and part.id == "str"):
+            literal = True
+        elif isinstance(part, ast.Name):
+            names.append(part.id)
+        elif isinstance(part, ast.BinOp):
+            todo += [part.left, part.right]
+        elif isinstance(part, ast.IfExp):
+            todo += [part.body, part.orelse]
+        elif isinstance(part, ast.Call):
+            todo.append(part.func)
+        elif isinstance(part, (ast.Subscript, ast.Attribute, ast.Starred)):
+            todo.append(part.value)
+        elif isinstance(part, (ast.List, ast.Tuple, ast.Set)):  # what a ``*`` spreads
+            todo += part.elts
+    return literal, names
+
+
+def _mark_parts(node: ast.AST) -> tuple[str | None, list[str]]:
+    """The condition mark (``skipif``, ``xfail``) ``node`` holds as an attribute anywhere in it
+    (``pytest.mark.skipif``, ``mark.xfail.with_args``), and every name in it."""
+    mark = None
+    names: list[str] = []
+    for part in ast.walk(node):
+        if isinstance(part, ast.Attribute) and part.attr in _CONDITION_MARKS and mark is None:
+            mark = part.attr
+        elif isinstance(part, ast.Name):
+            names.append(part.id)
+    return mark, names
+
+
+def _spread(bindings: list[tuple[str, str | None, list[str]]]) -> dict[str, str]:
+    """Each name bound to a labelled value -> the label: the value's own, or that of a name the
+    value holds (``B = A``), followed along any chain once."""
+    labels: dict[str, str] = {}
+    users: dict[str, list[str]] = {}
+    todo: list[tuple[str, str]] = []
+    for name, label, names in bindings:
+        if label is not None:
+            todo.append((name, label))
+        for used in names:
+            users.setdefault(used, []).append(name)
+    while todo:
+        name, label = todo.pop()
+        if name not in labels:
+            labels[name] = label
+            todo += [(user, label) for user in users.get(name, ())]
+    return labels
+
+
 class _Checker(ast.NodeVisitor):
     """Collects the violations of one parsed file."""
 
@@ -307,11 +402,18 @@ class _Checker(ast.NodeVisitor):
         # parameter: these are the methods, then the parameters of those being visited.
         self._methods: dict[ast.AST, str] = {}
         self._instances: list[str] = []
+        # Names bound to a string, and to a condition mark (its name), anywhere in the file.
+        self._texts: frozenset[str] = frozenset()
+        self._marks: dict[str, str] = {}
 
     def check(self, tree: ast.Module) -> None:
         self._partial_roots = self._find_partial_roots(tree)
         self._bound = _bound_names(tree)
         self._methods = _method_instances(tree)
+        bindings = _bindings(tree)
+        texts = [(name, literal, names) for name, value in bindings for literal, names in [_text_parts(value)]]
+        self._texts = frozenset(_spread([(name, "str" if literal else None, names) for name, literal, names in texts]))
+        self._marks = _spread([(name, *_mark_parts(value)) for name, value in bindings])
         if self._partial_roots:
             self._parents = {
                 child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
@@ -424,6 +526,25 @@ class _Checker(ast.NodeVisitor):
         self._instances.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> None:
+        # `pytest.mark.skipif("...")`, `xfail(condition="...")`, `mark.skipif.with_args("...")`:
+        # every positional argument of such a mark is a condition, and pytest evals a string one.
+        mark, names = _mark_parts(node.func)
+        mark = mark or next((self._marks[name] for name in names if name in self._marks), None)
+        if mark is not None:
+            conditions = [a.value if isinstance(a, ast.Starred) else a for a in node.args]
+            for keyword in node.keywords:
+                if keyword.arg == _CONDITION_KEYWORD:
+                    conditions.append(keyword.value)
+                elif keyword.arg is None and isinstance(keyword.value, ast.Dict):  # **{"condition": ...}
+                    conditions += [value for key, value in zip(keyword.value.keys, keyword.value.values)
+                                   if not (isinstance(key, ast.Constant) and key.value != _CONDITION_KEYWORD)]
+            for condition in conditions:
+                literal, names = _text_parts(condition)
+                if literal or not self._texts.isdisjoint(names):
+                    self._add(condition, f"string condition of {mark!r}", _WHY_STRING_CONDITION)
+        self.generic_visit(node)
 
     def visit_arg(self, node: ast.arg) -> None:
         if node.arg in _FIXTURES:

@@ -9,7 +9,7 @@ forks for the run reads them, so the worker never holds any variant's source (SP
 behaviour tells variants apart). A frame ``{"end": true}``, or the end of stdin, says no more
 runs will come. The worker answers with one JSON line per run on stdout, a :class:`RunResult`
 (the grader reads it as a :class:`~grader.core.models.SuiteRun`: the same fields, validated,
-with the variant and attempt that only the grader knows).
+with the variant and purpose that only the grader knows).
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "EVENT_KINDS",
     "VARIANT_FILENAME",
     "Budget",
+    "ForkReply",
+    "ForkRequest",
     "FrameError",
     "JobSettings",
     "Outcome",
+    "RunEvent",
     "RunHeader",
     "RunResult",
     "TestResult",
@@ -111,6 +115,11 @@ class JobSettings:
     isolate: bool = False  # the package is ours: each variant runs in its own implementation process
     private_tmp: bool = False  # the temporary folder is the worker's own: emptied between jobs
     sandbox: WorkerSandbox = field(default_factory=WorkerSandbox)
+    # A student's own ``tinyllm`` package (its folder, read-only): each run's implementation
+    # process imports it in place of ``reference`` and serves the run with it, while the test
+    # process keeps ``reference``'s framework and the stand-in (needs ``isolate``). None: the
+    # variants are installed into ``reference``.
+    implementation: str | None = None
 
     def to_frame(self) -> bytes:
         return encode_frame({"job": asdict(self)})
@@ -230,3 +239,130 @@ class RunResult:
 
     def to_line(self) -> str:
         return json.dumps(asdict(self)) + "\n"
+
+
+# ------------------------------------------------------------------ inside a worker
+# A run's test process reports to its worker one event per line on its report socket (each line
+# begins with the run's token); the worker's zygote and the worker exchange one message per
+# datagram. Both sides build and read these, and nothing else.
+EVENT_KINDS = ("collected", "collect_error", "begin", "end", "result", "stopped", "phases", "done")
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One event of a run, as its test process reports it: ``kind`` (one of
+    :data:`EVENT_KINDS`) and what goes with it (``tests`` for collected; ``test`` for begin and
+    end; ``result`` for result; ``text`` for collect_error; ``phases`` for phases)."""
+
+    kind: str
+    test: str = ""
+    tests: tuple[str, ...] = ()
+    text: str = ""
+    result: TestResult | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def to_line(self, token: bytes) -> bytes:
+        body: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "collected":
+            body["tests"] = list(self.tests)
+        elif self.kind in ("begin", "end"):
+            body["test"] = self.test
+        elif self.kind == "collect_error":
+            body["text"] = self.text
+        elif self.kind == "result" and self.result is not None:
+            body["result"] = asdict(self.result)
+        elif self.kind == "phases":
+            body["phases"] = self.phases
+        return token + (json.dumps(body) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: bytes) -> RunEvent | None:
+        """The event a line (its token already taken off) holds, or None if it is malformed."""
+        try:
+            body = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or body.get("kind") not in EVENT_KINDS:
+            return None
+        kind = body["kind"]
+        if kind == "collected":
+            tests = body.get("tests")
+            return cls(kind, tests=tuple(str(t) for t in tests)) if isinstance(tests, list) else None
+        if kind in ("begin", "end"):
+            return cls(kind, test=str(body.get("test", "")))
+        if kind == "collect_error":
+            return cls(kind, text=str(body.get("text", "")))
+        if kind == "result":  # a malformed one is kept as such (result None), for the worker to note
+            return cls(kind, result=_test_result(body.get("result")))
+        if kind == "phases":
+            phases = body.get("phases")
+            if not isinstance(phases, dict):
+                return None
+            return cls(kind, phases={str(k): float(v) for k, v in phases.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return cls(kind)
+
+
+_OUTCOME_VALUES = frozenset(o.value for o in Outcome)
+
+
+def _test_result(value: Any) -> TestResult | None:
+    """A test result as a run reported it, if it is well formed."""
+    if not isinstance(value, dict):
+        return None
+    test_id, outcome = value.get("test_id"), value.get("outcome")
+    message, duration = value.get("message", ""), value.get("duration", 0.0)
+    if not (isinstance(test_id, str) and isinstance(outcome, str) and isinstance(message, str)):
+        return None
+    if outcome not in _OUTCOME_VALUES:
+        return None
+    if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+        return None
+    return TestResult(test_id, Outcome(outcome), message, float(duration))
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """worker → zygote: a run's test process, with its two descriptors attached to the datagram
+    (report socket, boundary) and its temporary folder; the same for every run."""
+
+    tmp: str
+    token: str
+    tests: str | None = None
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ForkRequest | None:
+        try:
+            body = json.loads(data)
+            return cls(tmp=str(body["tmp"]), token=str(body["token"]),
+                       tests=body["tests"] if isinstance(body.get("tests"), str) else None)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class ForkReply:
+    """zygote → worker, for each request in order: the process's ``pid`` (the worker's child),
+    or an ``error``; ``warm`` for the zygote's warm-up, a process to wait for and forget, and
+    its folder ``tmp`` to remove."""
+
+    pid: int | None = None
+    error: str = ""
+    warm: bool = False
+    tmp: str = ""
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ForkReply | None:
+        try:
+            body = json.loads(data)
+            pid = body.get("pid")
+            return cls(pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                       error=str(body.get("error") or ""), warm=body.get("warm") is True, tmp=str(body.get("tmp") or ""))
+        except (ValueError, TypeError, AttributeError):
+            return None

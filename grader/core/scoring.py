@@ -1,8 +1,9 @@
 """Scoring: which tests count, which mutants they kill, and whether the suite passes.
 
 SPEC §5 steps 3–5. A test is valid when it passed on the reference in both runs and on every
-wheat; only valid tests kill. A mutant is killed when a valid test failed on it in the first
-run and again in the confirming run. The suite passes when the policy holds, at least one test
+wheat, and is no copy of a course test (:mod:`grader.core.copies`); only valid tests kill. A
+mutant is killed when a valid test failed on it in the first run and again in the confirming
+run. The suite passes when the policy holds, at least one test
 is valid, every test is valid (unless the assignment allows invalid ones), the kill rate reaches
 the threshold, every required mutant is killed and, when required, the journal verifies.
 """
@@ -10,6 +11,7 @@ the threshold, every required mutant is killed and, when required, the journal v
 from __future__ import annotations
 
 from grader.core.assignment import Assignment
+from grader.core.copies import CopyCheck
 from grader.core.caps import (
     MAX_ID_CHARS,
     MAX_LISTED,
@@ -77,6 +79,30 @@ def _failure(head: str, message: str) -> list[str]:
     return [f"{head}: {lines[0]}", *(f"  {line}" for line in lines[1:])]
 
 
+def _hidden_mutants(variants: list[Variant]) -> set[str]:
+    return {v.id for v in variants if v.kind is VariantKind.MUTANT and v.spec.hidden}
+
+
+def _cell(outcome: Outcome, *, hidden: bool) -> Outcome:
+    """A cell of the matrix as its reader sees it: of a hidden mutant, a student sees whether
+    the test caught it (FAILED), did not (PASSED) or was not run there, never how (an error, a
+    time-out, a skip), which the run's own code chooses."""
+    if not hidden or outcome is Outcome.NOT_RUN:
+        return outcome
+    return Outcome.FAILED if outcome.kills else Outcome.PASSED
+
+
+def _staff_only(lines: list[Mention]) -> list[Mention]:
+    """The problems of hidden mutants' runs as a staff report lists them: at most
+    :data:`MAX_LISTED`, then one line naming the variants of the rest (a line of its own, not
+    ``problems_omitted``, which counts only what a student may read of)."""
+    listed, omitted = first(lines, MAX_LISTED)
+    if omitted:
+        rest = list(dict.fromkeys(v for line in lines[MAX_LISTED:] for v in line.variants))
+        listed.append(Mention.of([f"... and {omitted} more of ", *[", "] * (len(rest) - 1), ""], rest))
+    return listed
+
+
 def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[TestStatus, str]:
     first = matrix.first["reference"].outcome(test_id)
     second_run = matrix.second.get("reference")
@@ -133,6 +159,7 @@ def score_suite(
     policy: PolicySummary | None = None,
     journal: JournalSummary | None = None,
     timing: Timing | None = None,
+    copies: CopyCheck | None = None,
 ) -> Report:
     """Turn a run matrix into the report.
 
@@ -145,6 +172,8 @@ def score_suite(
         policy: the policy check's result (checked and fine when omitted).
         journal: the journal's verification (not checked when omitted).
         timing: how long grading took.
+        copies: each test's likeness to the course tests (not compared when omitted): a copy
+            is not valid, whatever its runs.
 
     Returns:
         The report.
@@ -163,15 +192,27 @@ def score_suite(
     # longest name of any audience, so the student's view of it is cut where the student's is.
     longest = max((len(n) for a in Audience for n in shown_ids(variants, a).values()), default=0)
     room = max(MAX_TEXT_CHARS - longest - len(": "), 1)
+    # A hidden mutant's run is the suite's own code telling what that mutant computes (a
+    # pytest.exit(text), an error's message, a module that fails to import): its lines are for
+    # staff only. They come after the others with a cap of their own, so that what a student
+    # reads (student_view drops them) and its count of omitted lines do not depend on them.
+    secret = _hidden_mutants(variants)
+    unseen = secret if audience is Audience.STUDENT else set()  # and their cells say only: caught?
     found: list[Mention] = []
+    withheld: list[Mention] = []
     for variant in variants:
+        if variant.id in unseen:
+            continue
         for run in (matrix.first.get(variant.id), matrix.second.get(variant.id)):
             if run is None:
                 continue
             errors = [run.crashed] if run.crashed else []
-            found.extend(Mention.of(["", f": {cap_text(error, room)}"], [names[variant.id]])
-                         for error in [*errors, *run.collection_errors])
+            (withheld if variant.id in secret else found).extend(
+                Mention.of(["", f": {cap_text(error, room)}"], [names[variant.id]])
+                for error in [*errors, *run.collection_errors]
+            )
     problems, problems_omitted = first(found, MAX_LISTED)
+    problems += _staff_only(withheld)
 
     test_ids = matrix.test_ids
     # The ids a report shows: the runs used whole ids, however long (grader.core.caps).
@@ -180,6 +221,12 @@ def score_suite(
     kills: dict[str, list[str]] = {m.id: [] for m in mutants}
     for test_id in test_ids:
         status, reason = _classify(test_id, matrix, wheats)
+        like = copies.likeness(test_id) if copies is not None else None
+        if like is not None and like.copied:
+            status, reason = TestStatus.COPIED, like.reason
+        # Students see the likeness of a copy only (its reason names it): the figure of the
+        # others would tell how far a copy could go unseen.
+        shown_like = like if like is not None and (like.copied or audience is Audience.STAFF) else None
         killed = []
         if status is TestStatus.VALID:
             for mutant in mutants:
@@ -193,7 +240,10 @@ def score_suite(
                 status=status,
                 kills=killed,
                 reason=cap_text(reason, MAX_TEST_REASON_CHARS),
-                outcomes={names[v.id]: matrix.outcome(test_id, v.id) for v in variants},
+                similarity=shown_like.similarity if shown_like else None,
+                similar_to=shown_like.course_test if shown_like else "",
+                outcomes={names[v.id]: _cell(matrix.outcome(test_id, v.id), hidden=v.id in unseen)
+                          for v in variants},
             )
         )
 
@@ -245,7 +295,8 @@ def score_suite(
     if policy.ok and not test_ids:
         reasons.append("no test was collected")
     elif policy.ok and not any(v.valid for v in verdicts):
-        reasons.append("no test is valid (every test fails on the reference or on a correct implementation)")
+        reasons.append("no test is valid (every test fails on the reference or on a correct implementation, "
+                       "or is a copy of a course test)")
     if invalid and not assignment.allow_invalid_tests:
         named, more = first((f"{v.id}: {v.status.value}" for v in invalid), MAX_NAMED_TESTS)
         reasons.append(
@@ -289,20 +340,27 @@ def _for(audience: Audience, lines: list[str | Mention]) -> list[str | Mention]:
 
 def student_view(report: Report, variants: list[Variant]) -> Report:
     """The report a student may see of a staff report: hidden mutants renamed "hidden mutant
-    N", their titles and hints withheld, its lines sentences.
+    N", their titles and hints withheld, nothing of their runs (no problem of theirs, each of
+    their cells only whether the test caught it), its lines sentences.
 
     A report stored as ``mutagrade.report/1`` holds its lines as plain sentences: a hidden
     mutant's id is replaced in them as that version did (in a problem only before its colon),
-    so that an old report never shows a student what a new one hides."""
+    and a problem of a hidden mutant's run (its id before the colon) is left out, so that an old
+    report never shows a student what a new one hides."""
     if report.audience == Audience.STUDENT:  # ==: a copied report may hold the string
         return report
     names = shown_ids(variants, Audience.STUDENT)
-    hidden = {v.id for v in variants if v.kind is VariantKind.MUTANT and v.spec.hidden}
+    hidden = _hidden_mutants(variants)
 
     def rename(ids: list[str]) -> list[str]:
         return [names.get(i, i) for i in ids]
 
     legacy = report.schema_ == LEGACY_REPORT_SCHEMA  # stored before lines named variants as data
+
+    def of_hidden_run(line: str | Mention) -> bool:
+        if isinstance(line, Mention):
+            return any(variant_id in hidden for variant_id in line.variants)
+        return legacy and any(line.startswith(variant_id + ":") for variant_id in hidden)
 
     def rename_lines(lines: list[str | Mention], *, anywhere: bool) -> list[str]:
         # Only a Mention names variants: a plain line (and a test id in a Mention) stays as it is,
@@ -325,7 +383,9 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
         for m in report.mutants
     ]
     tests = [
-        t.model_copy(update={"kills": rename(t.kills), "outcomes": {names.get(k, k): v for k, v in t.outcomes.items()}})
+        t.model_copy(update={"kills": rename(t.kills), "outcomes": {
+            names.get(k, k): _cell(v, hidden=k in hidden) for k, v in t.outcomes.items()
+        }, **({} if t.status is TestStatus.COPIED else {"similarity": None, "similar_to": ""})})
         for t in report.tests
     ]
     score = report.score.model_copy(
@@ -338,7 +398,7 @@ def student_view(report: Report, variants: list[Variant]) -> Report:
             "tests": tests,
             "score": score,
             "variants": rename(report.variants),
-            "problems": rename_lines(report.problems, anywhere=False),
+            "problems": rename_lines([p for p in report.problems if not of_hidden_run(p)], anywhere=False),
             "reasons": rename_lines(report.reasons, anywhere=True),
         }
     )

@@ -1,7 +1,8 @@
 """Grading one student test suite, end to end: policy, runs, scoring, report.
 
 The phases (see ARCHITECTURE.md): check that the sandbox asked for is there; verify the
-journal when one is given; check the files statically; build the variants; run the suite against all of them in the sandboxed worker
+journal when one is given; check the files statically (the policy, and copies of the course
+tests); build the variants; run the suite against all of them in the sandboxed worker
 (reference twice, failures on mutants confirmed); score; return one
 :class:`~grader.core.models.Report`.
 """
@@ -9,17 +10,19 @@ journal when one is given; check the files statically; build the variants; run t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
 
 from grader.core.assignment import Assignment
 from grader.core.caps import cap_text
+from grader.core.copies import TEST_FILE_PATTERNS, find_copies
 from grader.core.errors import GradingInputError
 from grader.run.launch import Launched
-from grader.core.models import Audience, JournalSummary, Outcome, PolicySummary, Report, Timing
+from grader.core.models import Audience, Budget, JournalSummary, Outcome, PolicySummary, Report, Timing
 from grader.core.paths import Layout
 from grader.core.policy import find_violations
-from grader.run.runner import RunLimits
+from grader.run.runner import GradingBudget, RunLimits
 from grader.run.scheduler import WorkerPool, run_matrix
 from grader.sandbox.base import SandboxMode
 from grader.sandbox.status import check_mode
@@ -30,8 +33,6 @@ from grader.flows.replay import verify_journal
 __all__ = ["GradingInputError", "grade_suite"]
 
 
-# The files pytest collects tests from (its default ``python_files``, the only one a run uses).
-TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
 _NAMED = 3  # Python files a message names when none of them is a test file
 
 
@@ -74,9 +75,10 @@ def grade_suite(
         layout: the checkout (reference, mutants).
         assignment: threshold, validity rules and limits.
         policy: run the static policy check first (turn off only for trusted suites).
-        journal: the journal's verification, when one was checked.
+        journal: the journal's verification, when one was checked (its replay's time and CPU
+            seconds count against this grading's budgets, as if it had run here).
         journal_file: a journal (``.tdd/journal.jsonl``) to verify here first, under this
-            grading's own limits: its verification takes ``journal``'s place.
+            grading's own limits and budgets: its verification takes ``journal``'s place.
         audience: a student's report hides hidden mutants; staff's shows them.
         jobs: children at a time (default: one per core).
         submission: the name the report gives the submission (default: the path).
@@ -94,12 +96,15 @@ def grade_suite(
     Returns:
         The report. A policy violation gives a report with ``policy.ok`` false and nothing run;
         a suite of more tests than ``grader.core.caps.MAX_TESTS`` a report with ``refused`` saying
-        so, once the reference's runs have collected them and nothing else was run.
+        so, once the reference's runs have collected them and nothing else was run; a journal
+        whose replay spent a whole budget, a report saying so, with no variant run.
 
     Raises:
         GradingInputError: if ``tests_dir`` is not a directory holding Python files.
-        JournalFormatError: if ``journal_file`` cannot be read at all.
+        JournalFormatError: if ``journal_file`` cannot be read at all, or holds more entries
+            than the assignment allows.
         ManifestError: if the variants cannot be built.
+        CourseTestsError: if the assignment's ``given_tests`` names a test the course tests lack.
         SandboxUnavailable: if ``sandbox`` needs a layer this machine lacks (checked first,
             before anything is read or run).
     """
@@ -121,8 +126,16 @@ def _grade(
         raise ValueError(f"the workers were started for {launched.tests_dir} ({launched.mode.value}), "
                          f"not for {tests_dir} ({mode.value})")
     limits = RunLimits.of(assignment, jobs=jobs, sandbox=mode)
+    # The journal's replay is part of this grading: it spends the budgets first, and the
+    # variants' runs get what is left.
+    budget = GradingBudget(assignment.limits)
+    earlier = 0.0  # seconds of this grading spent before it was called (a journal replayed ahead)
     if journal_file is not None:
-        journal = verify_journal(journal_file, tests_dir, layout=layout, limits=limits)
+        journal = verify_journal(journal_file, tests_dir, layout=layout, limits=limits, budget=budget)
+    elif journal is not None and journal.replay_s:
+        earlier = journal.replay_s
+        budget.spent_before(wall_s=journal.replay_s, cpu_s=journal.replay_cpu_s)
+    journal_s = journal.replay_s if journal is not None else 0.0
     name = cap_text(submission or str(tests_dir))
     variants = build_variants(layout)
     if policy:
@@ -134,15 +147,38 @@ def _grade(
     if not summary.ok:
         return not_graded(f"the policy check failed ({summary.found} violation(s)): nothing was run", name=name,
                            variants=variants, assignment=assignment, audience=audience, policy=summary,
-                           journal=journal, timing=Timing(total_s=round(time.monotonic() - started, 3)))
-    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                        full_matrix=full_matrix, launched=launched, pool=pool)
+                           journal=journal, timing=Timing(total_s=round(time.monotonic() - started + earlier, 3),
+                                                          journal_s=journal_s))
+    # Copies of the course tests count for nothing: found statically, like the policy's findings.
+    copies = find_copies(tests_dir, course_tests=layout.course_tests,
+                         label=layout.course_tests.relative_to(layout.root).as_posix(),
+                         threshold=assignment.copy_similarity, given=assignment.given_tests)
+    spent = budget.exhausted()
+    if spent is not None:
+        # Graded, and not passed: the journal did not verify (its problems say where the
+        # replay stopped); nothing of the suite is wrong as input.
+        why = f"{budget.describe(spent)} ran out while the journal was replayed: no variant was run"
+        return not_graded(why, name=name, variants=variants, assignment=assignment, audience=audience,
+                          policy=summary, journal=journal,
+                          timing=Timing(total_s=round(time.monotonic() - started + earlier, 3), journal_s=journal_s,
+                                        cpu_s=round(budget.spent, 3)),
+                          ).model_copy(update={"refused": ""})
+    matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants,
+                        limits=replace(limits, limits=budget.remaining(limits.limits)),
+                        full_matrix=full_matrix, launched=launched, pool=pool, not_counted=copies.not_run)
+    if matrix.budget_stop is not None:
+        # The report names the grading's budget as the assignment sets it, not what the
+        # journal's replay had left of it.
+        stop = matrix.budget_stop
+        whole = budget.wall if stop.kind is Budget.WALL else budget.cpu
+        matrix = replace(matrix, budget_stop=replace(stop, budget=whole or stop.budget))
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(
-        total_s=round(time.monotonic() - started, 3),
+        total_s=round(time.monotonic() - started + earlier, 3),
+        journal_s=journal_s,
         runs=matrix.runs,
         tests_s=round(sum(r.duration for run in runs for r in run.results), 3),
-        cpu_s=matrix.cpu_s,
+        cpu_s=round(matrix.cpu_s + (journal.replay_cpu_s if journal is not None else 0.0), 3),
         not_run=sum(r.outcome is Outcome.NOT_RUN for run in matrix.first.values() for r in run.results),
     )
     refused = too_many_tests(matrix, limits.max_tests)
@@ -158,4 +194,5 @@ def _grade(
         policy=summary,
         journal=journal,
         timing=timing,
+        copies=copies,
     )

@@ -1,6 +1,11 @@
 """Verifying a journal: every rule of :mod:`grader.core.journal` checked from the file, then
 every snapshot **replayed** in the sandboxed worker: a red's new tests must fail, a green's
 tests must all pass, under the assignment's limits (the grading's own).
+
+A snapshot's implementation (the student's whole ``tinyllm``, restored from the blobs) runs
+only in each run's implementation process; its tests run in a test process that holds the
+course's framework and the stand-in, so nothing recorded can change how outcomes are reported.
+The replay spends the grading's CPU and wall-clock budgets, and stops where one runs out.
 """
 
 from __future__ import annotations
@@ -14,17 +19,24 @@ from pathlib import Path
 from grader.core.journal import GRU_FILE, RED_OUTCOMES, Journal, JournalEntry, Phase, verify
 from grader.core.models import JournalSummary, Outcome, SuiteRun, WorkerRun
 from grader.core.paths import Layout
-from grader.run.runner import RunLimits, run_suites
+from grader.run.runner import GradingBudget, RunLimits, run_suites
 
 __all__ = ["run_snapshot", "verify_journal"]
 
+_NAMED_ENTRIES = 10  # entries a budget's problem names before "... and N more"
+_STOPPED = "replay stopped: "  # starts the problem of a replay a budget stopped (listed first)
+
 
 def run_snapshot(
-    layout: Layout, tests_dir: Path, impl_dir: Path, limits: RunLimits, runs: list[WorkerRun]
+    layout: Layout, tests_dir: Path, impl_dir: Path, limits: RunLimits, runs: list[WorkerRun],
+    budget: GradingBudget | None = None,
 ) -> list[SuiteRun]:
-    """Run suites against a student's implementation in the sandboxed worker."""
+    """Run suites against a student's implementation (the ``tinyllm`` package in
+    ``impl_dir``) in the sandboxed worker: the package in each run's implementation process,
+    the tests beside the stand-in on the course's framework (``layout.reference``), under
+    ``budget`` when one is given (:func:`grader.run.runner.run_suites`)."""
     student = Layout(layout.root, implementation=impl_dir.resolve())
-    return run_suites(layout=student, tests_dir=tests_dir, runs=runs, hash_seed=1, limits=limits)
+    return run_suites(layout=student, tests_dir=tests_dir, runs=runs, hash_seed=1, limits=limits, budget=budget)
 
 
 def _restore(journal: Journal, files: dict[str, str], dest: Path) -> None:
@@ -34,13 +46,15 @@ def _restore(journal: Journal, files: dict[str, str], dest: Path) -> None:
         shutil.copyfile(journal.blobs / digest, target)
 
 
-def replay_problems(journal: Journal, layout: Layout, limits: RunLimits) -> list[str]:
+def replay_problems(journal: Journal, layout: Layout, limits: RunLimits, budget: GradingBudget) -> list[str]:
     """Re-run every snapshot: a red's new tests must fail, a green's tests must all pass.
 
     Snapshots whose implementations differ only in ``gru.py`` share one worker; each runs its
-    own tests folder, restored from the blobs.
+    own tests folder, restored from the blobs. Every run spends ``budget``; once it has run
+    out, the entries not replayed are named in one problem.
     """
     problems: list[str] = []
+    cut: list[tuple[JournalEntry, SuiteRun]] = []
     groups: dict[tuple, list[JournalEntry]] = defaultdict(list)
     for entry in journal.entries:
         if GRU_FILE not in entry.impl:
@@ -51,6 +65,9 @@ def replay_problems(journal: Journal, layout: Layout, limits: RunLimits) -> list
     with tempfile.TemporaryDirectory(prefix="mutagrade-replay-") as tmp:
         root = Path(tmp)
         for number, (rest, entries) in enumerate(groups.items()):
+            if budget.exhausted():
+                cut += [(entry, budget.cut(WorkerRun(variant=f"entry-{entry.seq}", source=""), 1)) for entry in entries]
+                continue
             impl = root / f"impl-{number}"
             _restore(journal, dict(rest), impl)
             _restore(journal, {GRU_FILE: entries[0].impl[GRU_FILE]}, impl)
@@ -60,9 +77,25 @@ def replay_problems(journal: Journal, layout: Layout, limits: RunLimits) -> list
                 _restore(journal, entry.tests, tests / f"entry-{entry.seq}")
                 source = (journal.blobs / entry.impl[GRU_FILE]).read_text(encoding="utf-8")
                 runs.append(WorkerRun(variant=f"entry-{entry.seq}", source=source, tests=f"entry-{entry.seq}"))
-            for entry, run in zip(entries, run_snapshot(layout, tests, impl, limits, runs)):
-                problems.extend(_judge_replay(entry, run))
+            for entry, run in zip(entries, run_snapshot(layout, tests, impl, limits, runs, budget)):
+                if run.budget is not None:
+                    cut.append((entry, run))
+                else:
+                    problems.extend(_judge_replay(entry, run))
+    if cut:
+        problems.append(_budget_problem(cut, budget, len(journal.entries)))
     return problems
+
+
+def _budget_problem(cut: list[tuple[JournalEntry, SuiteRun]], budget: GradingBudget, total: int) -> str:
+    """One problem for every entry a budget stopped or never let run: which budget, where."""
+    cut = sorted(cut, key=lambda pair: pair[0].seq)
+    kind = budget.exhausted() or cut[0][1].budget
+    where = next((f" in entry {e.seq}, test {r.budget_exceeded}" for e, r in cut if not r.budget_exceeded.startswith("(")), "")
+    named = ", ".join(str(e.seq) for e, _ in cut[:_NAMED_ENTRIES])
+    more = f", ... and {len(cut) - _NAMED_ENTRIES} more" if len(cut) > _NAMED_ENTRIES else ""
+    return (f"{_STOPPED}{budget.describe(kind)} ran out{where}; {len(cut)} of {total} entries were not "
+            f"replayed to their end (entries {named}{more}), so the journal cannot be verified")
 
 
 def _judge_replay(entry: JournalEntry, run: SuiteRun) -> list[str]:
@@ -100,6 +133,7 @@ def verify_journal(
     layout: Layout,
     limits: RunLimits,
     replay: bool = True,
+    budget: GradingBudget | None = None,
 ) -> JournalSummary:
     """Verify a journal against the submitted tests.
 
@@ -107,14 +141,24 @@ def verify_journal(
         journal_path: ``.tdd/journal.jsonl`` (its blobs are in ``blobs/`` beside it).
         tests_dir: the submitted test files.
         layout: the checkout (for the worker).
-        limits: the worker's limits: the assignment's, as grading has them.
+        limits: the worker's limits: the assignment's, as grading has them (its
+            ``max_journal_entries`` among them).
         replay: re-run every snapshot (only skipped by tools that check the file alone).
+        budget: the grading's budgets, which the replay spends first (default: the budgets of
+            ``limits``, for this replay alone).
 
     Returns:
-        The summary: ``ok`` when no problem was found; problems name entries and tests.
+        The summary: ``ok`` when no problem was found; problems name entries and tests, and
+        a budget that stopped the replay; ``replay_s`` and ``replay_cpu_s`` what it spent.
 
     Raises:
-        JournalFormatError: if the journal cannot be read at all.
+        JournalFormatError: if the journal cannot be read at all, or holds more entries than
+            the assignment allows (refused before anything is replayed).
     """
-    replayer = partial(replay_problems, layout=layout, limits=limits) if replay else None
-    return verify(journal_path, tests_dir, replay=replayer)
+    budget = budget if budget is not None else GradingBudget(limits.limits)
+    spent = budget.spent
+    replayer = partial(replay_problems, layout=layout, limits=limits, budget=budget) if replay else None
+    summary = verify(journal_path, tests_dir, replay=replayer, max_entries=limits.limits.max_journal_entries)
+    # Where a budget stopped the replay comes first: the rest of what was found is incomplete.
+    problems = sorted(summary.problems, key=lambda problem: not problem.startswith(_STOPPED))
+    return summary.model_copy(update={"problems": problems, "replay_cpu_s": round(budget.spent - spent, 3)})

@@ -147,6 +147,12 @@ def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits
     """
     journal = _journal(repo)
     last = journal.last if journal else None
+    most = limits.limits.max_journal_entries
+    if journal is not None and len(journal.entries) >= most:
+        raise Refused(
+            f"the journal {repo.journal_path} already holds {len(journal.entries)} entries, the most the "
+            f"assignment allows (max_journal_entries = {most}): grading refuses a longer one"
+        )
     if phase is Phase.RED:
         if last is not None and last.phase is Phase.RED:
             raise Refused(

@@ -17,6 +17,7 @@ __all__ = [
     "no_tests",
     "percent",
     "printable",
+    "similar_tests",
     "surviving",
     "verdict_word",
 ]
@@ -79,6 +80,13 @@ def surviving(report: Report) -> list[MutantVerdict]:
 
 def invalid_tests(report: Report) -> list[TestVerdict]:
     return [t for t in report.tests if not t.valid]
+
+
+def similar_tests(report: Report) -> list[TestVerdict]:
+    """The tests compared with the course tests, the most like one first (a student's report
+    holds the figure of its copies only)."""
+    compared = [t for t in report.tests if t.similarity is not None]
+    return sorted(compared, key=lambda t: -(t.similarity or 0.0))
 
 
 def mutant_name(mutant: MutantVerdict) -> str:

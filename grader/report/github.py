@@ -124,7 +124,8 @@ def _score_table(report: Report) -> list[str]:
         ["Valid tests", f"{valid} of {len(report.tests)}"],
         ["Policy", _check_word(report.policy.checked, report.policy.ok)],
         ["Journal", _check_word(report.journal.checked, report.journal.ok)],
-        ["Time", f"{t.total_s:.1f} s, {t.runs} suite runs, {t.tests_s:.1f} s in tests"],
+        ["Time", f"{t.total_s:.1f} s, {t.runs} suite runs, {t.tests_s:.1f} s in tests"
+                 + (f", {t.journal_s:.1f} s replaying the journal" if t.journal_s else "")],
     ]
     return [_row(["", ""]), _row(["---", "---"]), *(_row(r) for r in rows), ""]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 
 from grader.core.caps import cap_lines
-from grader.core.models import Outcome, Report, TestVerdict
+from grader.core.models import Outcome, Report, TestStatus, TestVerdict
 from grader.report._common import (
     invalid_tests,
     kills_needed,
@@ -24,6 +24,7 @@ from grader.report._common import (
     no_tests,
     percent,
     printable,
+    similar_tests,
     surviving,
     verdict_word,
 )
@@ -102,6 +103,7 @@ def render_html(report: Report) -> str:
     out += _matrix(report)
     out += _survivors(report)
     out += _invalid(report)
+    out += _similarity(report)
     out += _checks(report)
     out += ["</main>", "</body>", "</html>"]
     return "\n".join(out) + "\n"
@@ -200,6 +202,26 @@ def _invalid(report: Report) -> list[str]:
     return ["<h2>Tests that do not count</h2>", '<ul class="problems">', *items, "</ul>"]
 
 
+def _similarity(report: Report) -> list[str]:
+    compared = similar_tests(report)
+    if not compared:
+        return []
+    rows = [
+        f'<tr class="{"invalid" if t.status is TestStatus.COPIED else ""}">'
+        f'<td class="test">{_e(t.id)}</td><td>{t.similarity:.2f}</td><td class="test">{_e(t.similar_to)}</td></tr>'
+        for t in compared
+    ]
+    return [
+        "<h2>Similarity to the course tests</h2>",
+        '<table id="similarity">',
+        "<caption>Each test and the course test it is most like (1.00: the same test, names and "
+        "formatting aside); a copy counts for nothing.</caption>",
+        '<thead><tr><th scope="col" class="test">test</th><th scope="col">similarity</th>'
+        '<th scope="col" class="test">closest course test</th></tr></thead>',
+        "<tbody>", *rows, "</tbody>", "</table>",
+    ]
+
+
 def _checks(report: Report) -> list[str]:
     lines = ["<h2>Policy</h2>"]
     policy = report.policy
@@ -235,7 +257,9 @@ def _checks(report: Report) -> list[str]:
         lines += ["<h2>Problems while running</h2>", _list([str(p) for p in report.problems], report.problems_omitted)]
     t = report.timing
     lines.append(
-        f"<p>Timing: {t.total_s:.1f} s in total, {t.runs} suite runs, {t.tests_s:.1f} s inside the tests, "
+        f"<p>Timing: {t.total_s:.1f} s in total"
+        + (f" ({t.journal_s:.1f} s replaying the journal)" if t.journal_s else "")
+        + f", {t.runs} suite runs, {t.tests_s:.1f} s inside the tests, "
         f"{t.cpu_s:.1f} CPU s.</p>"
     )
     return lines

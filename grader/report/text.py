@@ -1,7 +1,8 @@
 """The plain-text report, written for a student reading it at 2 a.m.: the verdict comes first.
 
 Order: verdict and reasons, score, kill matrix (with its legend and each test's status), the
-mutants that survived with their hints, invalid tests with why, then policy, journal, run
+mutants that survived with their hints, invalid tests with why, each test's similarity to the
+course tests (staff's report; a student's shows its copies only), then policy, journal, run
 problems and timing. Plain ASCII symbols, so it reads the same in any terminal or log.
 """
 
@@ -27,6 +28,7 @@ from grader.report._common import (
     no_tests,
     percent,
     printable,
+    similar_tests,
     surviving,
     verdict_word,
 )
@@ -75,10 +77,13 @@ def render_text(report: Report) -> str:
     out.extend(_matrix_lines(report))
     out.extend(_survivor_lines(report))
     out.extend(_invalid_lines(report))
+    out.extend(_similarity_lines(report))
     out.extend(_checks_lines(report))
     t = report.timing
     out.append(
-        f"Timing: {t.total_s:.1f} s in total, {t.runs} suite runs, "
+        f"Timing: {t.total_s:.1f} s in total"
+        + (f" ({t.journal_s:.1f} s replaying the journal)" if t.journal_s else "")
+        + f", {t.runs} suite runs, "
         f"{t.tests_s:.1f} s inside the tests, {t.cpu_s:.1f} CPU s"
         + (f"; {t.not_run} cells not run (already decided: see '-')" if t.not_run else "")
     )
@@ -220,6 +225,18 @@ def _invalid_lines(report: Report) -> list[str]:
         lines.append(f"  * {t.id} -- {t.status.value}")
         # A reason's later lines (a failure's message) keep their own indentation under it.
         lines.extend(f"    {line}" for line in t.reason.splitlines())
+    lines.append("")
+    return lines
+
+
+def _similarity_lines(report: Report) -> list[str]:
+    compared = similar_tests(report)
+    if not compared:
+        return []
+    lines = ["Similarity to the course tests (each test's closest; a copy counts for nothing):"]
+    for t in compared:
+        copied = "  COPIED" if t.status is TestStatus.COPIED else ""
+        lines.append(f"  {t.similarity:.2f}  {t.id}  ~ {t.similar_to}{copied}")
     lines.append("")
     return lines
 

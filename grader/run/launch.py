@@ -56,19 +56,25 @@ def launch_worker(
     """Start one worker in its sandbox; it imports what it needs, then waits for its job
     (``tests_dir`` None: a worker of a pool, given one submission after another).
 
+    The reference's framework is always in sight (a run's tests use it, around the stand-in);
+    a student's package (``layout.implementation``) too, read-only, for the runs'
+    implementation processes. ``hide_source``: the reference's own ``gru.py`` reads as empty.
+
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine lacks.
         SandboxError: if the sandbox cannot be set up for these tests.
     """
     fixtures = [layout.goldens.parent] if layout.goldens.is_file() else []
+    student = [layout.implementation] if layout.implementation is not None else []
     return start_worker(
         mode=mode,
         tests_dir=Path(tests_dir).resolve() if tests_dir is not None else None,
-        package_dir=layout.package_dir,
-        readonly=fixtures,
+        package_dir=layout.reference,
+        readonly=[*fixtures, *student],
         env=worker_env(hash_seed, layout),
         limits=limits,
-        hidden=[layout.gru_source] if hide_source else (),
+        # The student package ships the framework without any gru.py: nothing to hide there.
+        hidden=[layout.gru_source] if hide_source and layout.gru_source.exists() else (),
         status=status,
     )
 

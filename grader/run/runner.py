@@ -17,6 +17,7 @@ import json
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -29,13 +30,27 @@ from grader.core.models import SuiteRun, WorkerRun
 from grader.core.paths import Layout
 from grader.sandbox.base import SandboxLimits, SandboxMode
 from grader.sandbox.process import SandboxedWorker, close_workers
-from grader.core.protocol import JobSettings, RunHeader, WorkerSandbox, encode_frame
+from grader.core.protocol import Budget, JobSettings, RunHeader, WorkerSandbox, encode_frame
 
-__all__ = ["RunLimits", "WorkerLost", "WorkerProcess", "close_all", "job_settings", "run_suites"]
+__all__ = [
+    "GradingBudget",
+    "RunLimits",
+    "WorkerLost",
+    "WorkerProcess",
+    "WorkerResult",
+    "close_all",
+    "job_settings",
+    "run_suites",
+    "silence_limit",
+]
 
 _STDERR_TAIL = 64 * 1024
 _SILENCE_SLACK = 30.0  # seconds past a run's own limit before a silent worker is given up
 _POOL_WORKER_CPU = 3600.0  # CPU seconds of a pooled worker's own process (its children have their own)
+# Seconds past the wall-clock budget before a worker still running is closed from here. A run
+# is sent with what is left, but its worker counts that from when it reads the run: the first
+# runs of a worker just started are read once it has imported what it needs, about a second on.
+_WALL_SLACK = 1.0
 
 
 def _cores() -> int:
@@ -84,6 +99,7 @@ def job_settings(
     isolate: bool = False,
     private_tmp: bool = False,
     sandbox: WorkerSandbox | None = None,
+    implementation: str | None = None,
 ) -> JobSettings:
     """The worker's job: every limit in it comes from ``limits`` (the assignment's), here only."""
     bound = limits.limits
@@ -104,7 +120,79 @@ def job_settings(
         isolate=isolate,
         private_tmp=private_tmp,
         sandbox=sandbox if sandbox is not None else WorkerSandbox(),
+        implementation=implementation,
     )
+
+
+class GradingBudget:
+    """A grading's CPU and wall-clock budgets (the assignment's ``budget_cpu_s`` and
+    ``budget_wall_s``) as its runs spend them: the journal's replay first, then the matrix
+    (:func:`grader.run.scheduler.run_matrix`), which gets what is left (:meth:`remaining`).
+
+    The wall clock starts with the first run sent (:meth:`start`); every run is sent with what
+    is left of both, and the worker stops it there.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.cpu = limits.budget_cpu_s
+        self.wall = limits.budget_wall_s
+        self.spent = 0.0  # CPU seconds of every run so far
+        self.deadline: float | None = None
+        self.stop: Budget | None = None  # which budget ran out, once one has
+
+    def start(self) -> None:
+        """The first run is sent: the wall clock starts."""
+        if self.deadline is None and self.wall is not None:
+            self.deadline = time.monotonic() + self.wall
+
+    def spent_before(self, *, wall_s: float, cpu_s: float) -> None:
+        """Count what runs of this grading spent before it was handed this budget (a journal
+        replayed ahead of the grading, as a batch does)."""
+        self.start()
+        if self.deadline is not None:
+            self.deadline -= wall_s
+        self.spent += cpu_s
+
+    def cpu_left(self) -> float | None:
+        return None if self.cpu is None else max(0.0, self.cpu - self.spent)
+
+    def wall_left(self) -> float | None:
+        if self.deadline is None:
+            return self.wall
+        return max(0.0, self.deadline - time.monotonic())
+
+    def charge(self, run: SuiteRun) -> Budget | None:
+        """Count ``run``'s CPU time; returns the budget that ran out, if one has."""
+        self.spent += run.cpu_s
+        if self.stop is None and run.budget_exceeded:
+            self.stop = run.budget or Budget.CPU
+        return self.exhausted()
+
+    def exhausted(self) -> Budget | None:
+        """The budget that has run out (None while both last)."""
+        if self.stop is None:
+            if self.wall_left() == 0.0:
+                self.stop = Budget.WALL
+            elif self.cpu_left() == 0.0:
+                self.stop = Budget.CPU
+        return self.stop
+
+    def describe(self, kind: Budget) -> str:
+        """The budget in words, as the assignment sets it."""
+        if kind is Budget.WALL:
+            return f"the grading's wall-clock budget of {self.wall or 0.0:g} s"
+        return f"the grading's budget of {self.cpu or 0.0:g} CPU s"
+
+    def remaining(self, limits: Limits) -> Limits:
+        """``limits`` with the budgets that are left (as they are, while nothing was spent)."""
+        return limits.model_copy(update={"budget_cpu_s": self.cpu_left(), "budget_wall_s": self.wall_left()})
+
+    def cut(self, run: WorkerRun, hash_seed: int, test: str = "") -> SuiteRun:
+        """``run``, not run (or stopped before it reported) because a budget ran out."""
+        kind = self.exhausted() or Budget.WALL
+        return SuiteRun(variant=run.variant, hash_seed=hash_seed, purpose=run.purpose,
+                        crashed=f"not run to its end: {self.describe(kind)} ran out",
+                        budget_exceeded=test or "(not run)", budget=kind)
 
 
 class WorkerLost(RuntimeError):
@@ -113,7 +201,10 @@ class WorkerLost(RuntimeError):
 
 
 @dataclass(frozen=True)
-class _Result:
+class WorkerResult:
+    """One run as a worker hands it back on its results queue: the worker, the run's result,
+    and whether the worker was lost before it reported the run (the result then says how)."""
+
     worker: WorkerProcess
     run: SuiteRun
     lost: bool = False  # the worker is gone without reporting this run (``run.crashed`` says how)
@@ -125,11 +216,14 @@ class WorkerProcess:
     sends it, and reports each result to ``results`` (its own queue unless one is shared).
 
     Args:
-        layout: where the ``tinyllm`` package is.
+        layout: where the reference's ``tinyllm`` package is, and a student's own package
+            (``layout.implementation``) when the runs are of theirs: each run's implementation
+            process then imports that package, and the test process holds the reference's
+            framework and the stand-in, as when variants are graded.
         tests_dir: the folder of test files.
         hash_seed: ``PYTHONHASHSEED`` of the worker.
         limits: the assignment's limits, parallelism and the sandbox mode.
-        results: where results go, as ``_Result`` items (several workers may share one).
+        results: where results go, as ``WorkerResult`` items (several workers may share one).
         hide_source: hide the package's own ``rnn/gru.py`` from the runs (when grading
             variants of the reference: a run then has nothing to compare its variant with).
         started: the worker, already started by :func:`grader.run.launch.launch_worker` (for
@@ -147,16 +241,19 @@ class WorkerProcess:
         tests_dir: Path | None,
         hash_seed: int,
         limits: RunLimits,
-        results: queue.Queue[_Result] | None = None,
+        results: queue.Queue[WorkerResult] | None = None,
         hide_source: bool = False,
         started: SandboxedWorker | None = None,
     ) -> None:
         self.layout = layout
-        self.isolate = hide_source  # grading our variants: each in its own implementation process
+        # Grading our variants, or running a student's own package: the implementation in a
+        # process of its own, the tests beside a stand-in (no reference gru.py in sight either way).
+        hide_source = hide_source or layout.implementation is not None
+        self.isolate = hide_source
         self.tests_dir = tests_dir.resolve() if tests_dir is not None else None
         self.hash_seed = hash_seed
         self.limits = limits
-        self.results: queue.Queue[_Result] = results if results is not None else queue.Queue()
+        self.results: queue.Queue[WorkerResult] = results if results is not None else queue.Queue()
         self.sandbox = started or launch_worker(
             layout=layout, tests_dir=self.tests_dir, hash_seed=hash_seed, mode=limits.sandbox,
             limits=limits.sandbox_limits, hide_source=hide_source,
@@ -186,9 +283,10 @@ class WorkerProcess:
 
     def _job(self, tests: Path, limits: RunLimits, *, worker_cpu: float) -> JobSettings:
         return job_settings(
-            limits, reference=str(self.layout.package_dir), tests=str(tests), hash_seed=self.hash_seed,
+            limits, reference=str(self.layout.reference), tests=str(tests), hash_seed=self.hash_seed,
             isolate=self.isolate, private_tmp=self.sandbox.workdir is not None,
             sandbox=self.sandbox.settings(budget=worker_cpu),
+            implementation=str(self.layout.implementation) if self.layout.implementation is not None else None,
         )
 
     # ------------------------------------------------------------------ sending
@@ -220,7 +318,7 @@ class WorkerProcess:
             if self._finished:
                 raise RuntimeError("the worker was told no more runs would come")
             if self._gone:  # nobody will answer: the run comes back crashed at once
-                self.results.put(_Result(self, self._lost(run, self._gone), lost=True))
+                self.results.put(WorkerResult(self, self._lost(run, self._gone), lost=True))
                 return
             run_id = self._next_id
             self._next_id += 1
@@ -274,7 +372,7 @@ class WorkerProcess:
                 break
             run = self._parse(line)
             if run is not None:
-                self.results.put(_Result(self, run))
+                self.results.put(WorkerResult(self, run))
         if not problem:
             try:
                 code = self.process.wait(timeout=5.0)
@@ -295,7 +393,7 @@ class WorkerProcess:
         if run is None:
             return None
         try:
-            return SuiteRun.model_validate({**data, "variant": run.variant, "attempt": run.attempt})
+            return SuiteRun.model_validate({**data, "variant": run.variant, "purpose": run.purpose})
         except ValueError:
             return self._lost(run, "the worker reported this run in a malformed line")
 
@@ -307,10 +405,10 @@ class WorkerProcess:
             lost = list(self._outstanding.values())
             self._outstanding.clear()
         for run in lost:
-            self.results.put(_Result(self, self._lost(run, self._gone), lost=True))
+            self.results.put(WorkerResult(self, self._lost(run, self._gone), lost=True))
 
     def _lost(self, run: WorkerRun, why: str) -> SuiteRun:
-        return SuiteRun(variant=run.variant, hash_seed=self.hash_seed, attempt=run.attempt, crashed=why)
+        return SuiteRun(variant=run.variant, hash_seed=self.hash_seed, purpose=run.purpose, crashed=why)
 
     def _stderr_loop(self) -> None:
         stderr = self.process.stderr
@@ -343,7 +441,7 @@ class WorkerProcess:
             for run in runs:
                 self.submit(run)
             self.finish()
-            got = self.collect(len(runs), timeout=_silence_limit(self.limits))
+            got = self.collect(len(runs), timeout=silence_limit(self.limits))
         finally:
             self.close()
         by_variant: dict[str, list[SuiteRun]] = {}
@@ -366,7 +464,9 @@ def close_all(workers: Iterable[WorkerProcess]) -> None:
     close_workers(w.sandbox for w in workers)
 
 
-def _silence_limit(limits: RunLimits) -> float:
+def silence_limit(limits: RunLimits) -> float:
+    """How long (seconds) a worker may send nothing while it has runs in hand before it is taken
+    as lost: a run's time limit and some slack."""
     return limits.limits.run_timeout_s + _SILENCE_SLACK
 
 
@@ -377,12 +477,63 @@ def run_suites(
     runs: Sequence[WorkerRun],
     hash_seed: int,
     limits: RunLimits,
+    budget: GradingBudget | None = None,
 ) -> list[SuiteRun]:
     """Run each requested suite run in one new worker process.
 
+    ``layout.implementation`` names a student's own package: each run's implementation
+    process imports it, and its tests run beside the stand-in, on the reference's framework.
+    With a ``budget``, runs are sent as slots free up, each with what is left of it; once one
+    runs out, what is running is stopped and nothing more is sent.
+
     Returns:
         One result per run, in the order asked (a run the worker never reported, because it
-        crashed or hung, comes back as a crashed run).
+        crashed or hung, comes back as a crashed run; one the budget stopped or never let
+        start has ``budget`` set).
     """
+    if budget is not None and budget.exhausted():
+        return [budget.cut(run, hash_seed) for run in runs]  # no worker started for nothing
     worker = WorkerProcess(layout=layout, tests_dir=tests_dir, hash_seed=hash_seed, limits=limits)
-    return worker.run(runs)
+    if budget is None:
+        return worker.run(runs)
+    return _run_within(worker, runs, budget)
+
+
+def _run_within(worker: WorkerProcess, runs: Sequence[WorkerRun], budget: GradingBudget) -> list[SuiteRun]:
+    """Send ``runs`` to ``worker`` as its slots free up, each with what is left of ``budget``,
+    until it runs out; then close the worker (what it was running comes back cut)."""
+    slots = max(1, worker.limits.jobs)
+    got: dict[int, SuiteRun] = {}
+    sent: dict[str, list[int]] = {}  # variant -> the indexes of its runs in flight, oldest first
+    count = 0
+    budget.start()
+    try:
+        while True:
+            while count < len(runs) and count - len(got) < slots and not budget.exhausted():
+                run = runs[count]
+                worker.submit(run, cpu_budget=budget.cpu_left(), wall_budget=budget.wall_left())
+                sent.setdefault(run.variant, []).append(count)
+                count += 1
+            if len(got) == count:
+                break  # every run sent is in, and no more will be
+            timeout = silence_limit(worker.limits)
+            wall = budget.wall_left()
+            if wall is not None:
+                timeout = min(timeout, wall + _WALL_SLACK)
+            try:
+                item = worker.results.get(timeout=timeout)
+            except queue.Empty:
+                budget.exhausted()
+                worker.close()  # silent too long: what it never reported comes back lost
+                continue
+            index = sent[item.run.variant].pop(0)
+            if item.lost and budget.exhausted():
+                got[index] = budget.cut(runs[index], worker.hash_seed, "(stopped with the grading)")
+                continue
+            got[index] = item.run
+            if budget.charge(item.run):
+                worker.close()
+    finally:
+        worker.finish()
+        worker.close()
+    return [got[i] if i in got else budget.cut(run, worker.hash_seed) for i, run in enumerate(runs)]

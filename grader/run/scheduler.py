@@ -28,17 +28,17 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from grader.run.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
-from grader.core.matrix import BudgetStop, Matrix, needs_confirmation
-from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.core.matrix import BudgetStop, Matrix
+from grader.core.models import Budget, Outcome, Purpose, SuiteRun, TestOutcome, WorkerRun
 from grader.core.paths import Layout
-from grader.run.runner import RunLimits, WorkerLost, WorkerProcess, _Result, _silence_limit, close_all
+from grader.run.runner import RunLimits, WorkerLost, WorkerProcess, WorkerResult, close_all, silence_limit
 from grader.sandbox.base import SandboxMode
 from grader.core.variants import Variant, VariantKind
 
-__all__ = ["RECHECK", "RECHECK_EVERY", "WorkerPool", "run_matrix"]
+__all__ = ["RECHECK_EVERY", "WorkerPool", "run_matrix"]
 
-RECHECK = 4  # the attempt number of a run of the reference made again late in a grading
 RECHECK_EVERY = 3  # about one such run for every this many confirming or continuing runs
+MAX_CONTINUATIONS = 2  # a mutant's run carried on after a kill that did not hold, at most this often
 _WALL_SLACK = 10.0  # seconds the workers have to report their runs stopped by the wall-clock budget
 
 
@@ -130,13 +130,15 @@ class _MatrixRun:
 
     def __init__(self, *, layout: Layout, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
                  full_matrix: bool, launched: Launched | None,
-                 pooled: tuple[WorkerProcess, WorkerProcess] | None = None) -> None:
+                 pooled: tuple[WorkerProcess, WorkerProcess] | None = None,
+                 not_counted: Callable[[str], str | None] | None = None) -> None:
         self.variants = {v.id: v for v in variants}
         self.limits = limits
         self.full_matrix = full_matrix
+        self.not_counted = not_counted or (lambda test_id: None)
         self.owns = pooled is None  # a pool's workers outlive this grading, unless it goes wrong
         self.launched = launched  # started by the caller, who also closes them
-        self.results: queue.Queue[_Result] = pooled[0].results if pooled else queue.Queue()
+        self.results: queue.Queue[WorkerResult] = pooled[0].results if pooled else queue.Queue()
         self.budget = _Budget(limits.limits.budget_cpu_s, limits.limits.budget_wall_s)
         self.first: dict[str, SuiteRun] = {}
         self.second: dict[str, SuiteRun] = {}
@@ -152,6 +154,7 @@ class _MatrixRun:
         self.held: list[SuiteRun] = []  # mutants' first runs that came in before that
         self.rechecks: list[SuiteRun] = []
         self.late = 0  # confirming and continuing runs sent
+        self.carried: dict[str, int] = {}  # continuations sent, by mutant
         self.chance = random.SystemRandom()
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
         # Two workers under two hash seeds, each running the reference at once, so that a test
@@ -207,16 +210,20 @@ class _MatrixRun:
         one with fewer runs in flight), or to the first-seed worker while neither has
         reported yet."""
         while self.pending and self.stop is None and self.in_flight < self.slots:
-            ready = [w for w in (self.seed_one, self.seed_two) if w in self.ready]
-            worker = min(ready, key=lambda w: self.busy.get(w, 0)) if ready else self.seed_one
-            self._send_to(worker, self.pending.popleft())
+            run = self.pending.popleft()
+            if run.seed is not None:
+                worker = self.seed_one if run.seed == self.seed_one.hash_seed else self.seed_two
+            else:
+                ready = [w for w in (self.seed_one, self.seed_two) if w in self.ready]
+                worker = min(ready, key=lambda w: self.busy.get(w, 0)) if ready else self.seed_one
+            self._send_to(worker, run)
 
-    def _wait(self) -> _Result:
+    def _wait(self) -> WorkerResult:
         """The next result (once the budget has run out, everything is stopped and what was
         running comes back as it is)."""
         while True:
             wall_left = self.budget.wall_left()
-            timeout = _silence_limit(self.limits)
+            timeout = silence_limit(self.limits)
             if wall_left is not None and self.stop is None:
                 timeout = min(timeout, wall_left + _WALL_SLACK)
             try:
@@ -248,8 +255,8 @@ class _MatrixRun:
         mutants = [v for v in self.variants.values() if v.kind is VariantKind.MUTANT]
         # The reference under both hash seeds at once, one run in each worker.
         self.budget.start()
-        for worker in (self.seed_two, self.seed_one):
-            self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source))
+        for worker, purpose in ((self.seed_two, Purpose.SECOND_SEED), (self.seed_one, Purpose.FIRST)):
+            self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source, purpose=purpose))
         references: dict[int, SuiteRun] = {}  # by hash seed
         waiting_wheats: set[str] | None = None  # None: not sent yet
         while self.in_flight or (self.pending and self.stop is None):
@@ -258,11 +265,11 @@ class _MatrixRun:
             if self.stop is not None:
                 self._keep(run, item.worker, reference.id)
                 continue
-            if run.variant == reference.id and run.attempt == RECHECK:
+            if run.purpose is Purpose.RECHECK:
                 self.rechecks.append(run)
-            elif run.variant == reference.id and run.attempt == 1 and item.worker.hash_seed not in references:
+            elif run.variant == reference.id and run.purpose in (Purpose.FIRST, Purpose.SECOND_SEED):
                 references[item.worker.hash_seed] = run
-                (self.second if item.worker is self.seed_two else self.first)[reference.id] = run
+                (self.second if run.purpose is Purpose.SECOND_SEED else self.first)[reference.id] = run
                 if waiting_wheats is None:
                     # The first reference run in: the wheats and the mutants need not wait for
                     # the other, and count the tests that passed it (one failing under the
@@ -271,7 +278,7 @@ class _MatrixRun:
             elif waiting_wheats is not None and run.variant in waiting_wheats:
                 waiting_wheats.discard(run.variant)
                 self.first[run.variant] = run
-            elif not self.settled and run.attempt == 1:
+            elif not self.settled and run.purpose is Purpose.FIRST:
                 self.held.append(run)
             else:
                 self._mutant_result(run)
@@ -284,7 +291,7 @@ class _MatrixRun:
     def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> set[str]:
         """Send every wheat and mutant at once, in a random order, counting the tests that
         passed the first reference run; returns the wheats sent."""
-        passing = _passed(first)
+        passing = [t for t in _passed(first) if self.not_counted(t) is None]
         if not passing:
             return set()
         limits = _time_limits([first], passing, self.limits)
@@ -301,7 +308,8 @@ class _MatrixRun:
         mutants' runs that came in meanwhile are weighed."""
         both = set(_passed(references[0])) & set(_passed(references[1]))
         self.valid = [t for t in self.first["reference"].test_ids
-                      if t in both and all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
+                      if t in both and self.not_counted(t) is None
+                      and all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
         self.time_limits = _time_limits(references, self.valid, self.limits)
         self.settled = True
         held, self.held = self.held, []
@@ -314,33 +322,36 @@ class _MatrixRun:
         self.late += 1
         recheck = self.chance.randrange(RECHECK_EVERY) == 0 or self.late == 2
         reference = next(v for v in self.variants.values() if v.kind is VariantKind.REFERENCE)
-        again = WorkerRun(variant=reference.id, source=reference.source, attempt=RECHECK, time_limits=self.time_limits)
+        again = WorkerRun(variant=reference.id, source=reference.source, purpose=Purpose.RECHECK,
+                          time_limits=self.time_limits, select=run.select, seed=run.seed)
         for item in ([run, again] if self.chance.random() < 0.5 else [again, run]) if recheck else [run]:
             self._send(item)
 
     def _keep(self, run: SuiteRun, worker: WorkerProcess, reference: str) -> None:
         """After the budget ran out: keep what came back, as it is."""
-        if run.attempt == RECHECK:
+        if run.purpose is Purpose.RECHECK:
             self.rechecks.append(run)
             return
-        second = run.attempt == 2 or (run.variant == reference and worker is self.seed_two)
+        second = run.purpose in (Purpose.CONFIRMING, Purpose.SECOND_SEED)
         (self.second if second else self.first).setdefault(run.variant, run)
 
     def _mutant_result(self, run: SuiteRun) -> None:
         variant = self.variants[run.variant]
-        if run.attempt == 2:
+        if run.purpose is Purpose.CONFIRMING:
             self.second[run.variant] = run
             first = self.first[run.variant]
-            unconfirmed = [r.test_id for r in first.results
-                           if r.outcome.kills and not self._confirmed(first, run, r.test_id)]
+            kills = [r.test_id for r in first.results if r.outcome.kills]
+            unconfirmed = [t for t in kills if not run.outcome(t).kills]
             rest = [r.test_id for r in first.results if r.outcome is Outcome.NOT_RUN
                     and r.test_id in self.valid]
-            if unconfirmed and len(unconfirmed) == len([r for r in first.results if r.outcome.kills]) and rest:
-                # Its only kill did not hold up: carry on with the tests it stopped before.
+            if unconfirmed and len(unconfirmed) == len(kills) and rest:
+                # Its only kill did not hold up under the other seed: carry on with the tests
+                # it stopped before, a bounded number of times.
                 self._carry_on(variant, rest)
             return
-        if run.attempt == 3:  # a continuation of the first run
-            run = _merge(self.first[run.variant], self._explain(run).model_copy(update={"attempt": 1}))
+        seed = run.hash_seed  # the seed its kills were found under
+        if run.purpose is Purpose.CONTINUING:
+            run = _merge(self.first[run.variant], self._explain(run).model_copy(update={"purpose": Purpose.FIRST}))
         else:
             run = self._explain(run)
         self.first[run.variant] = run
@@ -350,14 +361,23 @@ class _MatrixRun:
             # It stopped at a test that turned out not to be valid: carry on with the rest.
             self._carry_on(variant, rest)
             return
-        doubtful = [t for t in killed if needs_confirmation(run, t)]
-        if doubtful:
-            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=doubtful,
-                                      time_limits=self.time_limits, attempt=2))
+        if killed:
+            # Every kill counts only once it fails again under the other seed (a test that draws
+            # chance draws the same under one seed on every variant: this is the second wall).
+            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=killed,
+                                      time_limits=self.time_limits, purpose=Purpose.CONFIRMING,
+                                      seed=self._other_seed(seed)))
+
+    def _other_seed(self, seed: int) -> int:
+        return self.seed_two.hash_seed if seed == self.seed_one.hash_seed else self.seed_one.hash_seed
 
     def _carry_on(self, variant: Variant, rest: list[str]) -> None:
+        carried = self.carried.get(variant.id, 0)
+        if carried >= MAX_CONTINUATIONS:
+            return  # what it did not reach stays not run, and says why
+        self.carried[variant.id] = carried + 1
         self._send_late(WorkerRun(
-            variant=variant.id, source=variant.source, select=rest, attempt=3,
+            variant=variant.id, source=variant.source, select=rest, purpose=Purpose.CONTINUING,
             time_limits=self.time_limits, stop_at_first_kill=not self.full_matrix,
         ))
 
@@ -386,7 +406,7 @@ class _MatrixRun:
         return None
 
     def _why_not_run(self, test_id: str, kind: VariantKind) -> str | None:
-        reason = self._reference_reason(test_id)
+        reason = self._reference_reason(test_id) or self.not_counted(test_id)
         if reason is not None:
             return reason
         if self.stop is not None:
@@ -395,11 +415,7 @@ class _MatrixRun:
             return None  # every such test was run on the wheats: what it never reported is missing
         if test_id not in self.valid:
             return "not run: brittle (fails on a correct implementation)"
-        return "not run: the mutant was already killed by an earlier test"
-
-    @staticmethod
-    def _confirmed(first: SuiteRun, second: SuiteRun, test_id: str) -> bool:
-        return not needs_confirmation(first, test_id) or second.outcome(test_id).kills
+        return "not run: the mutant's run stopped at an earlier test that failed"
 
     def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
         for run in self.held:  # came in before the budget ran out, never weighed
@@ -426,6 +442,7 @@ def run_matrix(
     full_matrix: bool = False,
     launched: Launched | None = None,
     pool: WorkerPool | None = None,
+    not_counted: Callable[[str], str | None] | None = None,
 ) -> Matrix:
     """Run the suite against the reference (under two hash seeds), then the wheats, then the
     mutants, each stage only with the tests still worth running (see the module's docstring).
@@ -439,6 +456,9 @@ def run_matrix(
             waits until they are gone and frees their sandbox users).
         pool: warm workers to run on instead (a batch, the service); ``launched`` must then
             be None.
+        not_counted: why a test counts on no variant whatever its runs (a copy of a course
+            test), None for one that may count: it is run on the reference only, and its cells
+            elsewhere say why.
 
     Returns:
         The Matrix: ``first`` holds every variant's run (cells not run are NOT_RUN, with the
@@ -448,9 +468,10 @@ def run_matrix(
     if pool is not None:
         if launched is not None:
             raise ValueError("a grading runs on its launched workers or on a pool's, not both")
-        return pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix)
+        return pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix,
+                               not_counted=not_counted)
     matrix_run = _MatrixRun(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                            full_matrix=full_matrix, launched=launched)
+                            full_matrix=full_matrix, launched=launched, not_counted=not_counted)
     try:
         return matrix_run.run()
     finally:
@@ -487,7 +508,7 @@ class WorkerPool:
             self.close()
             pair = None
         if pair is None:
-            results: queue.Queue[_Result] = queue.Queue()
+            results: queue.Queue[WorkerResult] = queue.Queue()
             seed_two = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=SECOND_HASH_SEED,
                                      limits=self.limits, results=results, hide_source=True)
             try:
@@ -501,7 +522,7 @@ class WorkerPool:
         return pair
 
     def run_matrix(self, *, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
-                   full_matrix: bool = False) -> Matrix:
+                   full_matrix: bool = False, not_counted: Callable[[str], str | None] | None = None) -> Matrix:
         """:func:`run_matrix` on the pool's workers (``limits.sandbox`` must be the pool's)."""
         if SandboxMode(limits.sandbox) is not SandboxMode(self.limits.sandbox):
             raise ValueError(f"the pool's workers run under sandbox mode {self.limits.sandbox}, not {limits.sandbox}")
@@ -511,7 +532,7 @@ class WorkerPool:
             for worker in pair:
                 worker.begin(tests_dir, limits)
             matrix_run = _MatrixRun(layout=self.layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                                    full_matrix=full_matrix, launched=None, pooled=pair)
+                                    full_matrix=full_matrix, launched=None, pooled=pair, not_counted=not_counted)
             return matrix_run.run()
         except BaseException:
             self.close()

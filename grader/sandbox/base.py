@@ -21,11 +21,15 @@ __all__ = [
     "SandboxMode",
     "SandboxStatus",
     "SandboxUnavailable",
+    "WORKDIR_PREFIX",
+    "grader_dir",
+    "mib",
 ]
 
 SANDBOX_USER_PREFIX = "mutagrade-sandbox-"
 SETUP_SCRIPT = "scripts/setup-sandbox.sh"
-_WORKDIR_PREFIX = "mutagrade-box-"
+# The name of every worker's private folder begins so (a stale one is found by it).
+WORKDIR_PREFIX = "mutagrade-box-"
 
 
 # ------------------------------------------------------------------------ modes, errors
@@ -147,10 +151,11 @@ class SandboxStatus:
         return "\n".join(self.lines())
 
 
-def _mib(n: int) -> str:
+def mib(n: int) -> str:
+    """``n`` bytes in MiB, as the sandbox's messages write a size (``"64 MiB"``)."""
     return f"{n / 1024**2:g} MiB"
 
 
-def _grader_dir() -> Path:
+def grader_dir() -> Path:
     """The ``grader`` package's folder (this module is in ``grader/sandbox/``)."""
     return Path(__file__).absolute().parents[1]

@@ -1,8 +1,8 @@
 """The bubblewrap layer: new pid, net, ipc, uts and mount namespaces around the worker, the
 system read-only, only what the worker needs in sight, a private ``/tmp``.
 
-:func:`_bwrap_args` builds bubblewrap's arguments for one worker (:mod:`grader.sandbox.process`
-runs it); :func:`_probe_bubblewrap` tries it once on this machine, as a worker uses it, for
+:func:`bwrap_options` builds bubblewrap's arguments for one worker (:mod:`grader.sandbox.process`
+runs it); :func:`probe_bubblewrap` tries it once on this machine, as a worker uses it, for
 :mod:`grader.sandbox.status`. For a grader that is not root, bubblewrap also makes the worker's
 user namespace (:mod:`grader.sandbox.userns`).
 """
@@ -18,10 +18,18 @@ from pathlib import Path
 from typing import Sequence
 
 from grader.sandbox import userns
-from grader.sandbox.base import _grader_dir
+from grader.sandbox.base import grader_dir
 
-# Every name here serves the other modules of grader.sandbox; none is for use outside it.
-__all__: list[str] = []
+# These serve the other modules of grader.sandbox; nothing outside it uses them.
+__all__ = [
+    "begin_bubblewrap_probe",
+    "bwrap_options",
+    "probe_bubblewrap",
+    "provisional_bubblewrap",
+    "setpriv_args",
+    "system_tool",
+    "visible_folders",
+]
 
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 _NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
@@ -31,7 +39,8 @@ _SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "passwd", "group", "nsswitch.conf", "localtime")
 
 
-def _tool(name: str) -> str | None:
+def system_tool(name: str) -> str | None:
+    """The program ``name`` from the system's own folders (never the caller's ``PATH``), or None."""
     return shutil.which(name, path=_SYSTEM_PATH)
 
 
@@ -46,24 +55,24 @@ def _bubblewrap_probe() -> tuple[list[str] | None, str]:
     """The command that tries bubblewrap as a worker uses it (namespaces, mounts, then setpriv
     to an unprivileged uid; for a grader that is not root, in a user namespace of its own), or
     None and why it cannot."""
-    bwrap, setpriv = _tool("bwrap"), _tool("setpriv")
+    bwrap, setpriv = system_tool("bwrap"), system_tool("setpriv")
     if bwrap is None:
         return None, "bwrap not found; install the Debian package bubblewrap"
     if os.geteuid() != 0:
         return [bwrap, *userns.BWRAP_ARGS, *_bwrap_base(privileged=False), "--", "/bin/true"], ""
     if setpriv is None:
         return None, "setpriv not found; install the Debian package util-linux"
-    return [bwrap, *_bwrap_base(), "--", *_drop(setpriv, _PROBE_UID, _PROBE_UID), "/bin/true"], ""
+    return [bwrap, *_bwrap_base(), "--", *setpriv_args(setpriv, _PROBE_UID, _PROBE_UID), "/bin/true"], ""
 
 
-# The bubblewrap probe, started by _begin_bubblewrap_probe() and answered by the next
-# _probe_bubblewrap().
+# The bubblewrap probe, started by begin_bubblewrap_probe() and answered by the next
+# probe_bubblewrap().
 _PROBING: dict[tuple[str, ...], subprocess.Popen[bytes]] = {}
 
 
-def _begin_bubblewrap_probe() -> None:
+def begin_bubblewrap_probe() -> None:
     """Start the probe's bubblewrap run without waiting for it (see
-    :func:`grader.sandbox.status.begin_probe`); the next :func:`_probe_bubblewrap` collects it."""
+    :func:`grader.sandbox.status.begin_probe`); the next :func:`probe_bubblewrap` collects it."""
     command, _ = _bubblewrap_probe()
     if command is None or tuple(command) in _PROBING:
         return
@@ -73,7 +82,7 @@ def _begin_bubblewrap_probe() -> None:
         pass  # the probe itself runs it again, and says why it cannot
 
 
-def _provisional_bubblewrap() -> tuple[bool, str]:
+def provisional_bubblewrap() -> tuple[bool, str]:
     """What the probe should answer, guessed without running it: whether bubblewrap can be
     tried here, and why not (or that it is being probed)."""
     command, why_not = _bubblewrap_probe()
@@ -85,7 +94,7 @@ def _start_probe(command: list[str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE, env={"PATH": _SYSTEM_PATH})
 
 
-def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str, bool]:
+def probe_bubblewrap(describe: bool = True) -> tuple[bool, str, bool]:
     """Whether bubblewrap works here, how it is set up or why not, and whether it was run at
     all (a run that failed is tried again later: see
     :data:`grader.sandbox.status.RETRY_FAILED_PROBE_S`)."""
@@ -114,8 +123,9 @@ def _probe_bubblewrap(describe: bool = True) -> tuple[bool, str, bool]:
     ), True
 
 
-def _drop(setpriv: str, uid: int, gid: int) -> list[str]:
-    """setpriv, run by root inside the namespaces, becomes the sandbox user for good."""
+def setpriv_args(setpriv: str, uid: int, gid: int) -> list[str]:
+    """The command prefix with which setpriv, run by root inside the namespaces, becomes the
+    sandbox user (``uid``, ``gid``) for good."""
     return [
         setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
         "--inh-caps=-all", "--bounding-set=-all", "--",
@@ -142,7 +152,7 @@ def _bwrap_base(*, privileged: bool = True) -> list[str]:
     return args
 
 
-def _bwrap_args(
+def bwrap_options(
     *,
     readonly: Sequence[tuple[Path, Path]],
     tmp_bytes: int,
@@ -182,10 +192,10 @@ def _with_bytecode(hidden: Sequence[Path]) -> list[Path]:
         files += sorted(path.parent.joinpath("__pycache__").glob(f"{path.stem}.*.pyc"))
     return files
 
-def _visible(readonly: Sequence[Path]) -> list[Path]:
+def visible_folders(readonly: Sequence[Path]) -> list[Path]:
     """The folders the worker needs to see, outermost only: the interpreter and its packages,
     the worker's code, and ``readonly``. Each appears at the path the worker knows it by."""
-    wanted = [Path(sys.prefix), Path(sys.base_prefix), _grader_dir(), *map(Path, site.getsitepackages()), *readonly]
+    wanted = [Path(sys.prefix), Path(sys.base_prefix), grader_dir(), *map(Path, site.getsitepackages()), *readonly]
     absolute = {Path(os.path.abspath(path)) for path in wanted if os.path.exists(path)}
     kept: list[Path] = []
     for path in sorted(absolute, key=lambda p: len(p.parts)):

@@ -20,14 +20,14 @@ from grader.core.protocol import WorkerSandbox
 from grader.sandbox.base import SandboxError
 from grader.sandbox.seccomp import (
     ChildProgram,
-    _child_allow_filter,
-    _child_filter,
-    _libseccomp,
-    _worker_filter,
+    child_allow_filter,
     child_allow_program,
+    child_deny_filter,
+    load_libseccomp,
+    worker_filter,
 )
 
-__all__ = ["ChildHardening", "harden_worker"]
+__all__ = ["ChildHardening", "harden_worker", "prctl"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ChildHardening:
         a child never outlives it), a CPU limit for the run and, with seccomp, the child
         filter: the allow-list, or where it cannot be installed the deny-list (both: no new
         processes, no signals to anything but itself)."""
-        _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if self.settings.cpu_seconds is not None:
             seconds = math.ceil(self.run_timeout) + 1  # the worker's wall-clock kill comes first
             _set_limit(resource.RLIMIT_CPU, seconds, seconds + 1)
@@ -56,11 +56,11 @@ class ChildHardening:
                 if self.allow_program is not None:
                     _load_program(self.allow_program.for_pid(os.getpid()))
                 else:
-                    _child_allow_filter(self.libseccomp, os.getpid()).load()
+                    child_allow_filter(self.libseccomp, os.getpid()).load()
                 return
             except SandboxError:
                 pass  # the deny-list below; `mutagrade doctor` says which one this machine gets
-        _child_filter(self.libseccomp, os.getpid()).load()
+        child_deny_filter(self.libseccomp, os.getpid()).load()
 
 
 def harden_worker(settings: WorkerSandbox, *, memory_bytes: int, run_timeout: float) -> ChildHardening:
@@ -75,7 +75,7 @@ def harden_worker(settings: WorkerSandbox, *, memory_bytes: int, run_timeout: fl
         SandboxError: if seccomp was asked for and could not be installed (a worker never
             runs with fewer layers than the grader was promised).
     """
-    _libc_prctl(4, 0)  # PR_SET_DUMPABLE, 0: inherited by every child across fork
+    prctl(4, 0)  # PR_SET_DUMPABLE, 0: inherited by every child across fork
     _set_limit(resource.RLIMIT_AS, memory_bytes, memory_bytes)
     if settings.cpu_seconds is not None:
         _set_limit(resource.RLIMIT_CPU, settings.cpu_seconds, settings.cpu_seconds + 5)
@@ -90,8 +90,8 @@ def harden_worker(settings: WorkerSandbox, *, memory_bytes: int, run_timeout: fl
     library = None
     if settings.seccomp:
         try:
-            library = _libseccomp()
-            _worker_filter(library).load(all_threads=True)
+            library = load_libseccomp()
+            worker_filter(library).load(all_threads=True)
         except (OSError, SandboxError) as exc:
             raise SandboxError(f"the worker could not install its seccomp filter: {exc}") from exc
     program = child_allow_program(library) if library is not None else None
@@ -112,7 +112,7 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _libc_prctl(option: int, value: int, pointer: object = None) -> None:
+def prctl(option: int, value: int, pointer: object = None) -> None:
     """``prctl(option, value, pointer or 0, 0, 0)``, raising SandboxError if it fails."""
     third = ctypes.c_ulong(0) if pointer is None else pointer
     if _libc().prctl(option, ctypes.c_ulong(value), third, ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
@@ -127,7 +127,7 @@ class _SockFprog(ctypes.Structure):
 def _load_program(code: bytes) -> None:
     """Install a compiled filter in this (single-threaded) process, as ``seccomp_load`` does:
     no new privileges, then the filter."""
-    _libc_prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+    prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.addressof(buffer))
-    _libc_prctl(22, 2, ctypes.byref(fprog))  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    prctl(22, 2, ctypes.byref(fprog))  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER

@@ -27,18 +27,18 @@ from typing import Iterable, Mapping, Sequence
 from grader.core.protocol import WorkerSandbox
 from grader.sandbox import userns
 from grader.sandbox.base import (
+    WORKDIR_PREFIX,
     Layer,
     SandboxError,
     SandboxLimits,
     SandboxMode,
     SandboxStatus,
-    _grader_dir,
-    _WORKDIR_PREFIX,
+    grader_dir,
 )
-from grader.sandbox.bubblewrap import _bwrap_args, _drop, _tool, _visible
+from grader.sandbox.bubblewrap import bwrap_options, setpriv_args, system_tool, visible_folders
 from grader.sandbox.status import check_mode
-from grader.sandbox.users import SandboxUser, _Claim, _claim_user, _kill_users, sandbox_users
-from grader.sandbox.workdir import _copy_submission, _make_workdir
+from grader.sandbox.users import SandboxUser, UserClaim, claim_user, kill_users, sandbox_users
+from grader.sandbox.workdir import copy_submission, make_workdir
 
 __all__ = ["SandboxedWorker", "close_workers", "start_worker"]
 
@@ -65,7 +65,7 @@ class SandboxedWorker:
         hardening: WorkerSandbox,
         limits: SandboxLimits,
         layers: tuple[Layer, ...],
-        claim: _Claim | None = None,
+        claim: UserClaim | None = None,
         workdir: Path | None = None,
         namespaces: userns.Namespaces | None = None,
     ) -> None:
@@ -111,7 +111,7 @@ class SandboxedWorker:
         name = f"job-{self._staged}"
         dest = self._workdir / "tests" / name
         try:
-            _copy_submission(tests_dir, dest, self._limits)
+            copy_submission(tests_dir, dest, self._limits)
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
@@ -177,7 +177,7 @@ def close_workers(workers: Iterable[SandboxedWorker]) -> None:
     finally:
         # Even if another one could not be waited for: each worker waited for is cleared and freed.
         try:
-            _kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
+            kill_users({worker._claim.user.uid for worker in closing if worker._claim is not None})
             _wait_namespaces(closing)
         finally:
             for worker in closing:
@@ -248,10 +248,10 @@ def start_worker(
             command, env, tests_dir=tests_dir, readonly=[package_dir, *readonly], limits=limits, hidden=hidden,
             hardening=hardening, layers=layers,
         )
-    claim = _claim_user(sandbox_users(), limits.claim_timeout)
+    claim = claim_user(sandbox_users(), limits.claim_timeout)
     workdir: Path | None = None
     try:
-        workdir = _make_workdir(tests_dir, claim.user, limits)
+        workdir = make_workdir(tests_dir, claim.user, limits)
         copy = workdir / "tests"
         if bubblewrap:
             tests, process = _start_in_bubblewrap(
@@ -278,11 +278,11 @@ def _start_in_namespaces(
 ) -> SandboxedWorker:
     """A worker of a grader that is not root, in a user namespace of its own (the userns layer
     holds, and bubblewrap with it)."""
-    userns.remove_stale_workdirs(Path(tempfile.gettempdir()), _WORKDIR_PREFIX)
+    userns.remove_stale_workdirs(Path(tempfile.gettempdir()), WORKDIR_PREFIX)
     namespaces = userns.Namespaces()
     workdir: Path | None = None
     try:
-        workdir = _make_workdir(tests_dir, None, limits)
+        workdir = make_workdir(tests_dir, None, limits)
         namespaces.hold(workdir)
         tests, process = _start_in_bubblewrap(
             command, namespaces, copy=workdir / "tests", tests_dir=tests_dir or _STAGED, readonly=readonly,
@@ -324,7 +324,7 @@ _WORKER_BOOTSTRAP = (
 def _worker_command(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """``python -m grader.worker`` without `site`: the command and its environment."""
     packages = [path for path in site.getsitepackages() if os.path.isdir(path)]
-    extra = {"MUTAGRADE_SITE_PACKAGES": os.pathsep.join(packages), "MUTAGRADE_GRADER": str(_grader_dir())}
+    extra = {"MUTAGRADE_SITE_PACKAGES": os.pathsep.join(packages), "MUTAGRADE_GRADER": str(grader_dir())}
     return [sys.executable, "-P", "-S", "-c", _WORKER_BOOTSTRAP], {**env, **extra}
 
 
@@ -343,16 +343,16 @@ def _start_in_bubblewrap(
     and a conftest finding files beside it still finds them), read-only. Root's bubblewrap
     drops to the sandbox ``user``; another's gives the worker a user namespace of its own
     (``user`` is then its :class:`~grader.sandbox.userns.Namespaces`)."""
-    bwrap = _tool("bwrap")
+    bwrap = system_tool("bwrap")
     assert bwrap is not None  # checked by the probe  # noqa: S101
-    mounts = [(path.resolve(), path) for path in _visible(readonly)] + [(copy, tests_dir)]
+    mounts = [(path.resolve(), path) for path in visible_folders(readonly)] + [(copy, tests_dir)]
     privileged = isinstance(user, SandboxUser)
-    options = _bwrap_args(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir, hidden=hidden, privileged=privileged)
+    options = bwrap_options(readonly=mounts, tmp_bytes=limits.tmp_bytes, chdir=tests_dir, hidden=hidden, privileged=privileged)
     private = {**env, "TMPDIR": "/tmp", "HOME": "/tmp"}
     if isinstance(user, SandboxUser):
-        setpriv = _tool("setpriv")
+        setpriv = system_tool("setpriv")
         assert setpriv is not None  # checked by the probe  # noqa: S101
-        args = [bwrap, *options, "--", *_drop(setpriv, user.uid, user.gid), *command]
+        args = [bwrap, *options, "--", *setpriv_args(setpriv, user.uid, user.gid), *command]
         return tests_dir, _popen(args, env=private, cwd=Path("/"))
     args = [bwrap, *user.bwrap_args(), *options, "--", *command]
     try:

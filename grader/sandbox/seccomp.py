@@ -1,11 +1,11 @@
 """The seccomp layer: the filters that refuse system calls, built with libseccomp through ctypes.
 
-The worker installs :func:`_worker_filter` on itself (no internet, netlink or packet sockets, no
+The worker installs :func:`worker_filter` on itself (no internet, netlink or packet sockets, no
 ptrace, ``process_vm_*``, unshare, no namespace but those a run's test process is born in, bpf,
 io_uring, keyctl, perf_event_open). Each forked child then installs the children's allow-list,
 :data:`CHILD_SYSCALLS` with a few calls allowed for some arguments only, everything else
 refused with EPERM; where the allow-list cannot be installed, the deny-list
-(:func:`_child_filter`). The allow-list is compiled once per worker (:class:`ChildProgram`).
+(:func:`child_deny_filter`). The allow-list is compiled once per worker (:class:`ChildProgram`).
 :mod:`grader.sandbox.harden` applies them. Standard library only: the worker imports this
 module inside its sandbox.
 """
@@ -22,7 +22,17 @@ from pathlib import Path
 
 from grader.sandbox.base import SandboxError
 
-__all__ = ["CHILD_SYSCALLS", "ChildProgram", "child_allow_program", "child_syscalls_here"]
+__all__ = [
+    "CHILD_SYSCALLS",
+    "ChildProgram",
+    "child_allow_filter",
+    "child_allow_program",
+    "child_deny_filter",
+    "child_syscalls_here",
+    "load_libseccomp",
+    "probe_seccomp",
+    "worker_filter",
+]
 
 _ACT_ALLOW = 0x7FFF0000
 _CMP_NE, _CMP_EQ, _CMP_MASKED_EQ = 1, 4, 7
@@ -135,7 +145,7 @@ def _errno_action(code: int) -> int:
 
 
 @functools.cache
-def _libseccomp() -> ctypes.CDLL:
+def load_libseccomp() -> ctypes.CDLL:
     """libseccomp through ctypes (the Debian package libseccomp2): no compiler, no PyPI
     package, and the same library inside bubblewrap (it is under /usr)."""
     lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
@@ -191,7 +201,10 @@ class _Filter:
             self.lib.seccomp_release(self.ctx)
 
 
-def _worker_filter(lib: ctypes.CDLL) -> _Filter:
+def worker_filter(lib: ctypes.CDLL) -> _Filter:
+    """The worker's own filter: everything allowed but the calls no grading run needs (ptrace,
+    ``process_vm_*``, bpf, io_uring, ...), sockets other than AF_UNIX, namespaces other than a
+    run's, ``clone3`` and the ``TIOCSTI`` ioctl."""
     rules = _Filter(lib)
     for name in _DENIED_IN_WORKER:
         rules.deny(name)
@@ -211,11 +224,11 @@ def _syscall_number(lib: ctypes.CDLL, name: str) -> int:
 
 def child_syscalls_here() -> frozenset[str]:
     """The names of :data:`CHILD_SYSCALLS` this architecture has: the allow-list as installed."""
-    lib = _libseccomp()
+    lib = load_libseccomp()
     return frozenset(name for name in CHILD_SYSCALLS if _syscall_number(lib, name) >= 0)
 
 
-def _child_allow_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
+def child_allow_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
     """The children's allow-list, with the argument rules of the deny-list turned around: a
     thread but no process, signals to itself only, the harmless commands of fcntl, ioctl and
     prctl only. The worker's filter still applies beneath it (filters stack)."""
@@ -237,7 +250,7 @@ def _child_allow_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
     return rules
 
 
-def _child_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
+def child_deny_filter(lib: ctypes.CDLL, pid: int) -> _Filter:
     """The children's deny-list: the fallback where the allow-list cannot be installed."""
     rules = _Filter(lib)
     for name in _DENIED_IN_CHILD:
@@ -293,11 +306,11 @@ class ChildProgram:
 
 
 def child_allow_program(lib: ctypes.CDLL) -> ChildProgram | None:
-    """The allow-list of :func:`_child_allow_filter`, compiled with a placeholder pid; None if
+    """The allow-list of :func:`child_allow_filter`, compiled with a placeholder pid; None if
     it cannot be compiled here or the placeholder shows up anywhere but in an equality test
     (the children then build the filter themselves)."""
     try:
-        code = _export_bpf(_child_allow_filter(lib, _PID_PLACEHOLDER))
+        code = _export_bpf(child_allow_filter(lib, _PID_PLACEHOLDER))
     except (OSError, SandboxError, AttributeError):
         return None
     if not code or len(code) % 8:
@@ -312,11 +325,13 @@ def child_allow_program(lib: ctypes.CDLL) -> ChildProgram | None:
     return ChildProgram(code=code, slots=tuple(slots)) if slots else None
 
 
-def _probe_seccomp(describe: bool = True) -> tuple[bool, str]:
+def probe_seccomp(describe: bool = True) -> tuple[bool, str]:
+    """Whether the seccomp layer works here, and how it is set up or why not; ``describe`` also
+    tries whether the children's allow-list installs (a throwaway child)."""
     if not Path("/proc/self/status").read_text().count("Seccomp:"):
         return False, "the kernel has no seccomp support"
     try:
-        lib = _libseccomp()
+        lib = load_libseccomp()
     except OSError as exc:
         return False, f"libseccomp.so.2 cannot be loaded ({exc}); install the Debian package libseccomp2"
     level = lib.seccomp_api_get()
@@ -353,7 +368,7 @@ def _probe_allow_list(lib: ctypes.CDLL) -> str:
         why = "the probe did not finish"
         try:
             os.close(read_end)
-            _child_allow_filter(lib, os.getpid()).load()
+            child_allow_filter(lib, os.getpid()).load()
             refused = libc.personality(-1) == -1 and ctypes.get_errno() == errno.EPERM
             why = "" if refused else "an unlisted call (personality) was not refused with EPERM"
         except BaseException as exc:  # noqa: BLE001 - the reason goes to the parent

@@ -23,15 +23,15 @@ from grader.sandbox.base import (
     SandboxMode,
     SandboxStatus,
     SandboxUnavailable,
-    _mib,
+    mib,
 )
 from grader.sandbox.bubblewrap import (
-    _begin_bubblewrap_probe,
-    _probe_bubblewrap,
-    _provisional_bubblewrap,
+    begin_bubblewrap_probe,
+    probe_bubblewrap,
+    provisional_bubblewrap,
 )
-from grader.sandbox.seccomp import _probe_seccomp
-from grader.sandbox.users import SandboxUser, _probe_users, sandbox_users
+from grader.sandbox.seccomp import probe_seccomp
+from grader.sandbox.users import SandboxUser, probe_users, sandbox_users
 
 __all__ = [
     "RETRY_FAILED_PROBE_S",
@@ -125,8 +125,8 @@ _ANSWERS = _Answers()
 
 def _detect(describe: bool) -> tuple[SandboxStatus, float | None]:
     users = sandbox_users()
-    seccomp = _probe_seccomp(describe)
-    works, detail, ran = _probe_bubblewrap(describe)
+    seccomp = probe_seccomp(describe)
+    works, detail, ran = probe_bubblewrap(describe)
     status = _status(users, seccomp, (works, detail))
     failed = (ran and not works) or bool(status.missing(SandboxMode.AUTO))
     return status, time.monotonic() if failed else None
@@ -139,8 +139,8 @@ def provisional_status() -> SandboxStatus:
     known = _ANSWERS.known()
     if known is not None:
         return known
-    bubblewrap = _provisional_bubblewrap()
-    return _status(sandbox_users(), _probe_seccomp(False), bubblewrap)
+    bubblewrap = provisional_bubblewrap()
+    return _status(sandbox_users(), probe_seccomp(False), bubblewrap)
 
 
 def begin_probe() -> None:
@@ -148,13 +148,13 @@ def begin_probe() -> None:
     collects the answer. A grading starts its workers meanwhile (they run nothing until the
     check has passed)."""
     if _ANSWERS.known() is None:
-        _begin_bubblewrap_probe()
+        begin_bubblewrap_probe()
 
 
 def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tuple[bool, str]) -> SandboxStatus:
     seccomp_ok, seccomp_detail = seccomp
     bwrap_ok, bwrap_detail = bubblewrap
-    uid_ok, uid_detail = _probe_users(users, bwrap_ok)
+    uid_ok, uid_detail = probe_users(users, bwrap_ok)
     userns_ok, userns_detail = userns.layer_detail(root=os.geteuid() == 0, uid=os.geteuid(), bubblewrap=bubblewrap)
     if userns_ok:
         uid_detail += "; the userns layer stands in for it"
@@ -164,7 +164,7 @@ def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tup
         LayerStatus(layer=Layer.USERNS, active=userns_ok, detail=userns_detail),
         LayerStatus(
             layer=Layer.RLIMITS, active=True,
-            detail=f"address space and CPU time per run, files up to {_mib(limits.file_bytes)}, "
+            detail=f"address space and CPU time per run, files up to {mib(limits.file_bytes)}, "
             f"{limits.open_files} open files, {limits.processes} processes, no core files",
         ),
         LayerStatus(
@@ -179,8 +179,8 @@ def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tup
         ),
         LayerStatus(
             layer=Layer.OUTPUT, active=True,
-            detail=f"worker output read up to {_mib(limits.output_bytes)}, a wall-clock limit per worker, "
-            f"each child's output capped at {_mib(limits.file_bytes)}",
+            detail=f"worker output read up to {mib(limits.output_bytes)}, a wall-clock limit per worker, "
+            f"each child's output capped at {mib(limits.file_bytes)}",
         ),
         LayerStatus(layer=Layer.SECCOMP, active=seccomp_ok, detail=seccomp_detail),
         LayerStatus(layer=Layer.BUBBLEWRAP, active=bwrap_ok, detail=bwrap_detail),

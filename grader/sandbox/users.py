@@ -1,7 +1,7 @@
 """The uid layer: the sandbox users ``mutagrade-sandbox-N``, one locked to each running worker,
 and clearing a user out (every process of its uid, found through /proc, killed).
 
-A worker's start claims a free user (:func:`_claim_user`), killing whatever a grader that died
+A worker's start claims a free user (:func:`claim_user`), killing whatever a grader that died
 left under it; its close kills every process of the user again and frees it. Only root can
 switch to a sandbox user: a grader that is not root uses the userns layer
 (:mod:`grader.sandbox.userns`) instead.
@@ -26,12 +26,20 @@ from typing import AbstractSet, Iterable, Sequence
 from grader.sandbox.base import (
     SANDBOX_USER_PREFIX,
     SETUP_SCRIPT,
+    WORKDIR_PREFIX,
     SandboxError,
-    _grader_dir,
-    _WORKDIR_PREFIX,
+    grader_dir,
 )
 
-__all__ = ["SandboxUser", "sandbox_users", "user_processes"]
+__all__ = [
+    "SandboxUser",
+    "UserClaim",
+    "claim_user",
+    "kill_users",
+    "probe_users",
+    "sandbox_users",
+    "user_processes",
+]
 
 _USER_NAME = re.compile(re.escape(SANDBOX_USER_PREFIX) + r"(\d+)$")
 _LOCK_DIR = Path("/run/mutagrade-sandbox")  # root's own: a sandboxed process cannot hold a lock
@@ -57,7 +65,10 @@ def sandbox_users() -> list[SandboxUser]:
     return [user for _, user in sorted(found)]
 
 
-def _probe_users(users: list[SandboxUser], bwrap_ok: bool) -> tuple[bool, str]:
+def probe_users(users: list[SandboxUser], bwrap_ok: bool) -> tuple[bool, str]:
+    """Whether the uid layer works here, and how it is set up or why not: the grader is root,
+    ``users`` is not empty, and (without bubblewrap, ``bwrap_ok`` false) the first of them can
+    reach the interpreter and the grader's code by the permission bits."""
     if os.geteuid() != 0:
         return False, f"the grader runs as uid {os.geteuid()}, not root: it cannot switch to a sandbox user"
     if not users:
@@ -75,7 +86,7 @@ def _probe_users(users: list[SandboxUser], bwrap_ok: bool) -> tuple[bool, str]:
 
 def _interpreter_paths() -> list[Path]:
     paths = [Path(sys.executable).resolve(), Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
-    paths.append(_grader_dir())
+    paths.append(grader_dir())
     return paths
 
 
@@ -99,7 +110,7 @@ def _unreachable(paths: Iterable[Path], user: SandboxUser) -> str:
 
 
 @dataclass
-class _Claim:
+class UserClaim:
     """A sandbox user held by one worker (an exclusive lock), released by :meth:`release`."""
 
     user: SandboxUser
@@ -111,7 +122,7 @@ class _Claim:
             self.lock = -1
 
 
-def _claim_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
+def claim_user(users: Sequence[SandboxUser], wait: float) -> UserClaim:
     """Lock a free sandbox user for one worker; first kill whatever a grader that died (killed
     before it could close its worker) left running under it, and remove what it left on disk."""
     claim = _lock_user(users, wait)
@@ -128,7 +139,7 @@ def _remove_stale_workdirs(user: SandboxUser) -> None:
     """Remove the work directories of ``user`` (root's, in the user's group): under the user's
     lock none of them belongs to a live worker."""
     base = Path(tempfile.gettempdir())
-    for entry in base.glob(f"{_WORKDIR_PREFIX}*"):
+    for entry in base.glob(f"{WORKDIR_PREFIX}*"):
         try:
             info = entry.lstat()
         except OSError:
@@ -137,7 +148,7 @@ def _remove_stale_workdirs(user: SandboxUser) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def _lock_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
+def _lock_user(users: Sequence[SandboxUser], wait: float) -> UserClaim:
     """Lock the first free user of ``users``, waiting up to ``wait`` seconds for one."""
     _LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     deadline = time.monotonic() + wait
@@ -149,7 +160,7 @@ def _lock_user(users: Sequence[SandboxUser], wait: float) -> _Claim:
             except BlockingIOError:
                 os.close(lock)
                 continue
-            return _Claim(user, lock)
+            return UserClaim(user, lock)
         if time.monotonic() > deadline:
             raise SandboxError(
                 f"all {len(users)} sandbox users were busy for {wait:g} s: expected one free "
@@ -222,10 +233,10 @@ _STATUS_HEAD = 1024
 
 def _kill_user(uid: int, *, rounds: int = 200) -> None:
     """SIGKILL every process of ``uid`` until none is left."""
-    _kill_users({uid}, rounds=rounds)
+    kill_users({uid}, rounds=rounds)
 
 
-def _kill_users(uids: AbstractSet[int], *, rounds: int = 200) -> None:
+def kill_users(uids: AbstractSet[int], *, rounds: int = 200) -> None:
     """SIGKILL every process of each of ``uids`` until none is left (a fork bomb refills the
     table while it is being emptied, hence the rounds)."""
     if not uids:

@@ -11,14 +11,14 @@ import stat
 import tempfile
 from pathlib import Path
 
-from grader.sandbox.base import SandboxError, SandboxLimits, _mib, _WORKDIR_PREFIX
+from grader.sandbox.base import WORKDIR_PREFIX, SandboxError, SandboxLimits, mib
 from grader.sandbox.users import SandboxUser
 
-# Every name here serves the other modules of grader.sandbox; none is for use outside it.
-__all__: list[str] = []
+# These serve the other modules of grader.sandbox; nothing outside it uses them.
+__all__ = ["copy_submission", "make_workdir"]
 
 
-def _copy_submission(tests_dir: Path, dest: Path, limits: SandboxLimits) -> None:
+def copy_submission(tests_dir: Path, dest: Path, limits: SandboxLimits) -> None:
     """Copy the regular files and folders of ``tests_dir`` (never a link, a device or a
     ``__pycache__``) into ``dest``: the worker reads the copy, never the original.
 
@@ -39,7 +39,7 @@ def _copy_submission(tests_dir: Path, dest: Path, limits: SandboxLimits) -> None
             copied = _copy_file(Path(folder) / name, target / name, limits.submission_bytes - total)
             if copied is None:
                 raise SandboxError(
-                    f"{tests_dir}: expected at most {_mib(limits.submission_bytes)} of files, found more"
+                    f"{tests_dir}: expected at most {mib(limits.submission_bytes)} of files, found more"
                 )
             total += copied
 
@@ -67,16 +67,16 @@ def _copy_file(source: Path, dest: Path, budget: int) -> int | None:
         os.close(handle)
 
 
-def _make_workdir(tests_dir: Path | None, user: SandboxUser | None, limits: SandboxLimits) -> Path:
+def make_workdir(tests_dir: Path | None, user: SandboxUser | None, limits: SandboxLimits) -> Path:
     """A fresh folder: ``tests`` (the copy, root's, read-only to the user; empty for a worker
     that grades submissions one after another) and ``tmp`` (the user's); the folder itself
     root's and the user's group's, closed to everyone else. With no ``user`` (a grader that is
     not root) only ``tests``, in a folder only the grader's own user may enter (the worker sees
     the copy read-only, in its namespaces)."""
-    workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))  # mode 0700
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))  # mode 0700
     try:
         if tests_dir is not None:
-            _copy_submission(tests_dir, workdir / "tests", limits)
+            copy_submission(tests_dir, workdir / "tests", limits)
         else:
             (workdir / "tests").mkdir()
         (workdir / "tests").chmod(0o755)

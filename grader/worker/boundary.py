@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 from typing import Any, Callable, Sequence
 
@@ -75,19 +76,30 @@ class Connection:
         self.fd = fd
         self._buffer = bytearray()
 
-    def _take(self, size: int) -> bytes:
+    def _fill(self, size: int) -> None:
+        """Read until the buffer holds ``size`` bytes. What was read stays in the buffer even
+        when a signal handler raises during a read (a test interrupted at its time limit), so
+        the next call finds the stream whole."""
         while len(self._buffer) < size:
             chunk = os.read(self.fd, max(1 << 16, size - len(self._buffer)))
             if not chunk:
                 raise BoundaryError(f"the stream ended inside a message ({len(self._buffer)} of {size} bytes)")
             self._buffer += chunk
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data
 
     def send(self, header: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> None:
-        """Send ``header`` and ``arrays`` (each made contiguous) as one message."""
-        arrays = [np.ascontiguousarray(a) for a in arrays]
+        """Send ``header`` and ``arrays`` (each made contiguous) as one message.
+
+        Raises:
+            BoundaryError: if an array is not one of plain numbers (a student's Tensor whose
+                ``data`` is something else: the request fails, the stream stays whole).
+        """
+        try:
+            arrays = [np.ascontiguousarray(a) for a in arrays]
+        except Exception as exc:  # noqa: BLE001 - whatever a foreign .data raises, nothing is sent
+            raise BoundaryError(f"an array to send must be of plain numbers: {type(exc).__name__}: {exc}"[:300]) from None
+        for a in arrays:
+            if a.dtype.str not in _DTYPES:
+                raise BoundaryError(f"an array to send must be of plain numbers, got dtype {a.dtype}")
         body = json.dumps(
             {**header, "arrays": [{"dtype": a.dtype.str, "shape": list(a.shape)} for a in arrays]},
             separators=(",", ":"),
@@ -95,11 +107,19 @@ class Connection:
         if len(body) > HEADER_CAP:
             raise BoundaryError(f"a message header must be at most {HEADER_CAP} bytes, got {len(body)}")
         view = memoryview(b"".join([_LENGTH.pack(len(body)), body, *(a.tobytes() for a in arrays)]))
-        while view:
-            view = view[os.write(self.fd, view):]
+        # Whole or not at all: a test interrupted at its time limit in the middle of a write
+        # would leave half a message for the next call to misread; the interrupt waits until
+        # the message is out.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def receive(self) -> Message | None:
-        """The next message, or None at a clean end of the stream.
+        """The next message, or None at a clean end of the stream. Nothing is taken from the
+        buffer until the whole message is in it (see :meth:`_fill`).
 
         Raises:
             BoundaryError: if the bytes do not follow the schema.
@@ -109,11 +129,14 @@ class Connection:
             if not chunk:
                 return None
             self._buffer += chunk
-        (size,) = _LENGTH.unpack(self._take(_LENGTH.size))
+        self._fill(_LENGTH.size)
+        (size,) = _LENGTH.unpack_from(self._buffer)
         if size > HEADER_CAP:
             raise BoundaryError(f"a message header must be at most {HEADER_CAP} bytes, got a length of {size}")
+        start = _LENGTH.size + size
+        self._fill(start)
         try:
-            header = json.loads(self._take(size))
+            header = json.loads(bytes(self._buffer[_LENGTH.size:start]))
         except (ValueError, RecursionError) as exc:
             raise BoundaryError(f"a message header must be JSON: {exc}") from None
         if not isinstance(header, dict):
@@ -122,14 +145,16 @@ class Connection:
         if not isinstance(specs, list) or len(specs) > _MAX_ARRAYS:
             raise BoundaryError(f"a message's arrays must be a list of at most {_MAX_ARRAYS}")
         shapes = [_checked_spec(spec) for spec in specs]
-        total = sum(dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in shapes)
-        if total > ARRAY_CAP:
-            raise BoundaryError(f"a message's arrays must hold at most {ARRAY_CAP} bytes, got {total}")
+        sizes = [dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in shapes]
+        if sum(sizes) > ARRAY_CAP:
+            raise BoundaryError(f"a message's arrays must hold at most {ARRAY_CAP} bytes, got {sum(sizes)}")
+        self._fill(start + sum(sizes))
         arrays = []
-        for dtype, shape in shapes:
-            count = int(np.prod(shape, dtype=np.int64))
-            data = self._take(dtype.itemsize * count) if count else b""
-            arrays.append(np.frombuffer(data, dtype=dtype, count=count).reshape(shape).copy())
+        for (dtype, shape), nbytes in zip(shapes, sizes):
+            data = bytes(self._buffer[start:start + nbytes])
+            start += nbytes
+            arrays.append(np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape).copy())
+        del self._buffer[:start]
         return Message(header, arrays)
 
 

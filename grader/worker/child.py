@@ -8,14 +8,16 @@ outside: it interrupts a test past its time with SIGALRM (raised here as ``_Test
 kills the process at a mutant's first kill, and stops it when the grading budget is spent.
 
 The implementation under test is the run's implementation process, reached through the
-stand-in ``tinyllm.rnn.gru`` (:mod:`grader.worker.standin`); for a student's own package (the
-journal's runs), both sides are the student's, and its source arrives from that process as
-data and is installed here.
+stand-in ``tinyllm.rnn.gru`` (:mod:`grader.worker.standin`), whether it holds a variant of the
+reference or a student's own package (``tdd``, ``check``, the journal's replay): this process
+holds the course's framework and the stand-in, never a line of what it judges. Only the
+project's own trusted runs that are not isolated (the reference, run as it is) install the
+source here, as data from that process.
 """
 
 from __future__ import annotations
 
-import json
+import gc
 import linecache
 import marshal
 import os
@@ -30,16 +32,15 @@ from typing import Any
 
 import pytest
 
-from grader.core.protocol import VARIANT_FILENAME, Outcome, WorkerSandbox
+from grader.core.protocol import VARIANT_FILENAME, Outcome, RunEvent, TestResult, WorkerSandbox
+from grader.worker import chance
 
-__all__ = ["TestSession", "TestTimeout", "install_variant", "short_message"]
+__all__ = ["TestSession", "TestTimeout", "install_variant", "only_own_descriptors", "refuse_string_conditions", "short_message"]
 
 MESSAGE_CAP = 2000
 # The outcomes a run reports, bound once, at import: the tests' own code runs in this process
 # and may rebind any name it finds (a module's Outcome too), and the report must still go out.
-PASSED, FAILED, ERROR, TIMEOUT, SKIPPED = (
-    Outcome.PASSED.value, Outcome.FAILED.value, Outcome.ERROR.value, Outcome.TIMEOUT.value, Outcome.SKIPPED.value,
-)
+PASSED, FAILED, ERROR, TIMEOUT, SKIPPED = Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT, Outcome.SKIPPED
 _MESSAGE_LINES = 12  # lines of an exception's text kept in a reason (numpy's assert messages run to about 8)
 
 
@@ -95,26 +96,27 @@ class Reporter:
     def _id(self, nodeid: str) -> str:
         return nodeid[len(self.prefix):] if self.prefix and nodeid.startswith(self.prefix) else nodeid
 
-    def send(self, **event: Any) -> None:
+    def send(self, event: RunEvent) -> None:
         if self.fd is None:
             return
-        data = self.token + (json.dumps(event) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview(event.to_line(self.token))
         while view:
             view = view[os.write(self.fd, view):]
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
-            self.send(collect_error=f"{self._id(report.nodeid) or '(session)'}: {_longrepr_message(report.longreprtext)}")
+            text = f"{self._id(report.nodeid) or '(session)'}: {_longrepr_message(report.longreprtext)}"
+            self.send(RunEvent("collect_error", text=text))
 
     def pytest_collection_finish(self, session: Any) -> None:
-        self.send(collected=[self._id(item.nodeid) for item in session.items])
+        self.send(RunEvent("collected", tests=tuple(self._id(item.nodeid) for item in session.items)))
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self.send(begin=self._id(nodeid))
+        chance.begin(self._id(nodeid))
+        self.send(RunEvent("begin", test=self._id(nodeid)))
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        self.send(end=self._id(nodeid))
+        self.send(RunEvent("end", test=self._id(nodeid)))
         # Wait for the worker's word before the next test, in every run alike: a run the worker
         # stops (a mutant's first kill) does no work past the test that decided it.
         if self.fd is not None and not os.read(self.fd, 1):
@@ -130,7 +132,7 @@ class Reporter:
         return report
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        outcome: str | None = None
+        outcome: Outcome | None = None
         if report.when == "call":
             if report.passed:
                 outcome = PASSED
@@ -147,10 +149,8 @@ class Reporter:
         message = ""
         if outcome != PASSED:
             message = self.messages.pop(f"{report.nodeid}\0{report.when}", None) or _longrepr_message(report.longreprtext)
-        self.send(result={
-            "test_id": self._id(report.nodeid), "outcome": outcome, "message": message,
-            "duration": round(report.duration, 6),
-        })
+        self.send(RunEvent("result", result=TestResult(self._id(report.nodeid), outcome, message,
+                                                        round(report.duration, 6))))
 
 
 class TestSession:
@@ -165,10 +165,11 @@ class TestSession:
 
     __test__ = False
 
-    def __init__(self, tests: str, conftests: bool) -> None:
+    def __init__(self, tests: str, conftests: bool, *, seed: int = 1) -> None:
         from _pytest.config import _prepareconfig
         from _pytest.main import Session
 
+        self.seed = seed  # every source of chance in a run draws under it (grader.worker.chance)
         self.reporter = Reporter()
         args = [
             tests,
@@ -183,6 +184,7 @@ class TestSession:
             *(arg for name in _UNUSED_PLUGINS for arg in ("-p", f"no:{name}")),
         ]
         self.config = _prepareconfig(args, plugins=[self.reporter])
+        refuse_string_conditions()
         # Reasons are made from the exception itself (Reporter.messages): pytest's own
         # formatting of a traceback is not needed, and the one-line form costs least.
         self.config.option.tbstyle = "line"
@@ -200,12 +202,17 @@ class TestSession:
         """In the forked test process: lock down, connect the implementation, run the suite,
         report, and exit."""
         clock = [time.perf_counter()]
+        # Everything inherited joins the permanent generation: the collector neither scans it in
+        # this run nor lists it, so what it lists is this run's own (caches the worker warmed
+        # while setting up an earlier job stay out of sight, as in a worker's first job).
+        gc.freeze()
         os.setpgid(0, 0)
-        _only_own_descriptors((report, boundary), tmp, hardening.settings)
+        only_own_descriptors((report, boundary), tmp, hardening.settings)
         # Temporary files (pytest's tmp_path among them) go to a folder of this run's own.
         os.environ["TMPDIR"] = tmp
         tempfile.tempdir = tmp
         hardening.apply()
+        chance.install(self.seed)
         # A clock the worker's imports left in memory (logging's start, behind
         # LogRecord.relativeCreated), started again: it tells how long this run has been going,
         # not how long the worker has.
@@ -222,8 +229,8 @@ class TestSession:
             self.config.args = [str(Path(self.config.rootpath) / tests)]
         problem = _connect(boundary, isolate)
         if problem:
-            reporter.send(collect_error=problem[:MESSAGE_CAP])
-            reporter.send(done=True)
+            reporter.send(RunEvent("collect_error", text=problem[:MESSAGE_CAP]))
+            reporter.send(RunEvent("done"))
             os._exit(0)
         clock.append(time.perf_counter())
         hook = self.config.hook
@@ -232,20 +239,22 @@ class TestSession:
             clock.append(time.perf_counter())
             hook.pytest_runtestloop(session=self.session)
         except self.session.Interrupted:
-            reporter.send(stopped=True)
+            reporter.send(RunEvent("stopped"))
         except BaseException as exc:  # noqa: BLE001 - pytest.exit(), SystemExit outside a test, ...
-            reporter.send(collect_error=f"the run stopped early: {short_message(exc)}"[:MESSAGE_CAP])
+            reporter.send(RunEvent("collect_error", text=f"the run stopped early: {short_message(exc)}"[:MESSAGE_CAP]))
         clock.append(time.perf_counter())
         # Where the run's time went: lock-down and connecting the implementation, collecting, running.
-        reporter.send(phases=dict(zip(("setup", "collect", "run"), (round(b - a, 6) for a, b in zip(clock, clock[1:])))))
-        reporter.send(done=True)
+        phases = dict(zip(("setup", "collect", "run"), (round(b - a, 6) for a, b in zip(clock, clock[1:]))))
+        reporter.send(RunEvent("phases", phases=phases))
+        reporter.send(RunEvent("done"))
         os._exit(0)
 
 
 def _connect(boundary: int, isolate: bool) -> str:
     """Make ``tinyllm.rnn.gru`` the run's implementation: the stand-in connected to the
-    implementation process, or (a student's own package) the source that process sends.
-    Returns why it could not be, or ""."""
+    implementation process (``isolate``: every variant, every student's package), or (a
+    trusted run of the project's own) the source that process sends. Returns why it could
+    not be, or ""."""
     from grader.worker.boundary import BoundaryError, Connection
 
     connection = Connection(boundary)
@@ -304,7 +313,7 @@ def _loaded(code: bytes) -> types.CodeType | None:
     return loaded if isinstance(loaded, types.CodeType) and loaded.co_filename == VARIANT_FILENAME else None
 
 
-def _only_own_descriptors(keep: tuple[int, ...], tmp: str, settings: WorkerSandbox) -> None:
+def only_own_descriptors(keep: tuple[int, ...], tmp: str, settings: WorkerSandbox) -> None:
     """Close every descriptor the process inherited but ``keep``: the worker's stdout, its job
     pipe and the other runs' sockets are out of the submission's reach. Standard input reads
     nothing; standard output and error go to an unnamed file of its own, capped by the file
@@ -362,3 +371,24 @@ _UNUSED_PLUGINS = (
     "legacypath", "nose", "stepwise", "lsof", "randomly",
     "debugging", "setuponly", "setupplan",  # pdb and --setup-*: never used by a run, ~80 ms to import
 )
+
+
+def refuse_string_conditions() -> None:
+    """Make pytest refuse the string conditions of ``skipif`` and ``xfail`` marks instead of
+    evaluating them: such a condition is code in a string, which the policy check cannot read,
+    evaluated with ``os``, ``sys`` and pytest's configuration at hand. The test errors in its
+    set-up, saying so, on every variant alike. Called once where the worker configures pytest;
+    calling it again (the next job) changes nothing."""
+    from _pytest import skipping
+
+    evaluate = getattr(skipping.evaluate_condition, "__wrapped__", skipping.evaluate_condition)
+
+    def evaluate_condition(item: Any, mark: Any, condition: object) -> tuple[bool, str]:
+        if isinstance(condition, str):
+            pytest.fail(f"the string condition of {mark.name!r} is not evaluated: it is code the policy "
+                        "check cannot read; pass a boolean instead, such as skipif(H > 3, reason=...)",
+                        pytrace=False)
+        return evaluate(item, mark, condition)
+
+    evaluate_condition.__wrapped__ = evaluate  # type: ignore[attr-defined]
+    skipping.evaluate_condition = evaluate_condition

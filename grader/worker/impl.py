@@ -258,6 +258,7 @@ def serve_implementation(connection: Connection, variant: types.ModuleType) -> N
             return
         if message is None:
             return
+        answer = {"id": message.header.get("id")}  # which request this answers (see standin._Channel)
         try:
             header, arrays = server.handle(message)
         except RecursionError as exc:
@@ -265,6 +266,6 @@ def serve_implementation(connection: Connection, variant: types.ModuleType) -> N
         except Exception as exc:  # noqa: BLE001 - the variant's errors are results, sent as data
             header, arrays = error_message(exc), []
         try:
-            connection.send(header, arrays)
+            connection.send({**header, **answer}, arrays)
         except BoundaryError as exc:
-            connection.send(error_message(exc))
+            connection.send({**error_message(exc), **answer})

@@ -120,8 +120,10 @@ def _import_named(job: JobSettings) -> None:
 
 def _prepare(job: JobSettings) -> TestSession:
     """Import once, before forking, what every run needs (runs start warm), and configure
-    pytest. The package under test is imported here only when it is ours (``isolate``): a
-    student's package is never imported by the worker."""
+    pytest. The framework is imported here only when it is ours (``isolate``: the reference's,
+    every run's test process holds it with the stand-in): a student's package
+    (``job.implementation``) is never imported by the worker, only by each run's
+    implementation process."""
     sys.path.insert(0, job.reference)
     sys.meta_path.insert(0, _OnlyUnder(job.reference))
     _import_common()
@@ -131,7 +133,7 @@ def _prepare(job: JobSettings) -> TestSession:
                      "grader.worker.standin", "grader.worker.impl"):
             importlib.import_module(name)
     sys.meta_path.append(_TestHelpers(job.tests))
-    return TestSession(job.tests, job.conftests)
+    return TestSession(job.tests, job.conftests, seed=job.hash_seed)
 
 
 def _next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestSession:
@@ -144,7 +146,7 @@ def _next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestS
         sys.meta_path.remove(finder)
     sys.meta_path.append(_TestHelpers(job.tests))
     _import_named(job)
-    return TestSession(job.tests, job.conftests)
+    return TestSession(job.tests, job.conftests, seed=job.hash_seed)
 
 
 def _empty(folder: str) -> None:
@@ -170,26 +172,42 @@ def _empty(folder: str) -> None:
                 pass
 
 
-class _Worker:
-    """The worker's loop: frames in, runs started and watched, results out."""
+class _Reap:
+    """A process of the run the worker waits for: born its child (the zygote clones it so), it
+    is reaped here, its exit status and CPU time read by the worker alone."""
 
-    def __init__(self, job: JobSettings, out: Any, hardening: ChildHardening, stdin: int) -> None:
+    __slots__ = ("pid", "fd", "run", "tmp")
+
+    def __init__(self, pid: int, fd: int, run: Run | None, tmp: str = "") -> None:
+        self.pid, self.fd, self.run, self.tmp = pid, fd, run, tmp
+
+
+class _Worker:
+    """The worker's loop over one job: frames in, runs started and watched, results out, until
+    the next job arrives (:meth:`loop` returns it) or the job stream ends."""
+
+    def __init__(self, job: JobSettings, session: TestSession, out: Any, hardening: ChildHardening, stdin: int) -> None:
         self.job = job
         self.out = out
         self.hardening = hardening
         self.stdin = stdin
-        self.session = _prepare(job)
-        # Everything made so far is shared with the runs' processes copy-on-write; freezing it
-        # keeps the garbage collector from touching (and so copying) those pages in every one.
-        # The collector was off while the worker imported; the runs run with it on.
-        gc.freeze()
-        gc.enable()
+        self.session = session
         self.selector = selectors.DefaultSelector()
         self.zygote: Zygote | None = None
+        # Nothing of an earlier job is left for the zygote to inherit: what the last job froze
+        # (its pytest configuration, its logging handlers) is thawed and, being garbage now,
+        # collected with the cycles its runs left. Everything made so far is shared with the
+        # runs' processes copy-on-write; freezing it keeps the collector from touching (and so
+        # copying) those pages in every one.
+        tempfile._get_candidate_names()  # made lazily by the first mkdtemp: made in every job alike
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        gc.enable()
         self.zygote_problem = self._ensure_zygote()  # before any run is read: it must never hold one
         self.runs: list[Run] = []  # a run's report pipe is closed (and its number reused) before it ends
         self.asked: list[Run] = []  # runs whose test process the zygote has not reported yet
-        self.by_pid: dict[int, Run] = {}  # by test process
+        self.reaping: list[_Reap] = []  # test processes (and the zygote's warm-up) not yet waited for
         self.waiting: list[JobSettings] = []  # the next job, once every run of this one has ended
         self.reading = True
 
@@ -220,16 +238,13 @@ class _Worker:
             self.zygote.close()
             self.zygote = None
 
-    def loop(self) -> None:
+    def loop(self) -> JobSettings | None:
+        """Run this job's runs; returns the next job once they have all ended (None: the job
+        stream has ended)."""
         watching_input = False
         while self.reading or self.runs:
             if self.waiting and not self.runs:
-                following = self.waiting.pop()
-                self.session = _next_job(self.session, self.job, following)
-                self.job = following
-                gc.freeze()
-                self._drop_zygote()
-                self.zygote_problem = self._ensure_zygote()
+                break
             want_input = self.reading and not self.waiting and len(self.runs) < max(1, self.job.jobs)
             if want_input != watching_input:
                 if want_input:
@@ -249,6 +264,8 @@ class _Worker:
                     break  # the set of runs changed: select again
                 if key.data is self.zygote:
                     self._from_zygote()
+                elif isinstance(key.data, _Reap):
+                    self._reap(key.data)
                 else:
                     self._read(key.data)
             now = time.monotonic()
@@ -258,6 +275,10 @@ class _Worker:
                 if run.over:
                     self._finish(run)
         self._drop_zygote()
+        for left in list(self.reaping):  # the warm-up, if it was never waited for: it exits at once
+            self._reap(left)
+        self.selector.close()
+        return self.waiting.pop() if self.waiting else None
 
     def _check_memory(self) -> None:
         """Stop the run holding the most memory while this worker's runs together hold more than
@@ -362,20 +383,44 @@ class _Worker:
                 run.kill("the run could not be started: the worker's zygote is gone")
             self.asked.clear()
             return
-        if "pid" in message or "error" in message:
-            run = self.asked.pop(0) if self.asked else None
-            if run is None:
-                return
-            if isinstance(message.get("pid"), int):
-                self.by_pid[message["pid"]] = run
-                run.started_as(message["pid"])
-            else:
-                run.kill(f"the run could not be started: {str(message.get('error'))[:200]}")
-        elif isinstance(message.get("exited"), int):
-            run = self.by_pid.pop(message["exited"], None)
+        if message.warm:
+            if message.pid is not None:
+                self._wait_for(message.pid, None, message.tmp)
+            return
+        run = self.asked.pop(0) if self.asked else None
+        if run is None:
+            return
+        if message.pid is not None:
+            run.started_as(message.pid)
+            self._wait_for(message.pid, run)
+        else:
+            run.kill(f"the run could not be started: {message.error[:200] or 'the zygote said nothing'}")
+
+    def _wait_for(self, pid: int, run: Run | None, tmp: str = "") -> None:
+        """Watch ``pid``, a child of this process, until it ends."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # not ours after all: nothing to wait for
             if run is not None:
-                status, cpu = message.get("status"), message.get("cpu")
-                run.ended = (status if isinstance(status, int) else 0, float(cpu) if isinstance(cpu, (int, float)) else 0.0)
+                run.ended = (0, 0.0)
+            return
+        reap = _Reap(pid, fd, run, tmp)
+        self.reaping.append(reap)
+        self.selector.register(fd, selectors.EVENT_READ, reap)
+
+    def _reap(self, reap: _Reap) -> None:
+        """``reap``'s process has ended (or will at once): its status and CPU time."""
+        self.reaping.remove(reap)
+        self.selector.unregister(reap.fd)
+        os.close(reap.fd)
+        try:
+            _, status, usage = os.wait4(reap.pid, 0)
+        except ChildProcessError:
+            status, usage = 0, None
+        if reap.tmp:
+            shutil.rmtree(reap.tmp, ignore_errors=True)
+        if reap.run is not None:
+            reap.run.ended = (status, round(usage.ru_utime + usage.ru_stime, 6) if usage else 0.0)
 
     def _read(self, run: Run) -> None:
         try:
@@ -406,14 +451,16 @@ class _Worker:
 
 def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tmp: str,
                     hardening: ChildHardening, stdin: int) -> None:
-    """In the run's implementation process: take the source from stdin, lock down, then serve
-    the test process (or, for a student's own package, hand it the source as data)."""
-    from grader.worker.child import _only_own_descriptors, install_variant
+    """In the run's implementation process: take the source from stdin, lock down, install it
+    as ``tinyllm.rnn.gru`` (in a student's own package, when the job names one) and serve the
+    test process (or, for the project's own trusted runs that are not isolated, hand it the
+    source as data)."""
+    from grader.worker.child import only_own_descriptors, install_variant
     from grader.worker.impl import error_message, serve_implementation
 
-    from grader.sandbox.harden import _libc_prctl
+    from grader.sandbox.harden import prctl
 
-    _libc_prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker, from the start
+    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker, from the start
     # The variant makes no reference cycles that matter in one run's life, and every collection
     # would copy pages of the worker's heap: no collector here.
     gc.disable()
@@ -421,7 +468,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     code = read_exact(stdin, header.code_bytes)
     os.write(ready, b"1")  # the worker may read stdin again: the source is ours
     os.close(ready)
-    _only_own_descriptors((fd,), tmp, hardening.settings)
+    only_own_descriptors((fd,), tmp, hardening.settings)
     hardening.apply()
     connection = Connection(fd)
     if len(source) < header.source_bytes or len(code) < header.code_bytes:
@@ -431,7 +478,11 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
         connection.send({"ok": True}, [np.frombuffer(source, dtype=np.uint8), np.frombuffer(code, dtype=np.uint8)])
         os._exit(0)
     try:
+        if job.implementation is not None:
+            _use_package(job.reference, job.implementation)
         module = install_variant(source.decode("utf-8", errors="replace"), code)
+        for name in _SERVED_FROM:  # a package without one fails here, in a word, not at each request
+            importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, sent as data
         connection.send(error_message(exc))
         os._exit(0)
@@ -439,6 +490,23 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     connection.send({"ok": True})
     serve_implementation(connection, module)
     os._exit(0)
+
+
+# The framework's modules an implementation process serves with (grader.worker.impl builds
+# the answers with their Tensor, Parameter, Module, PCG32 and concatenate).
+_SERVED_FROM = ("tinyllm.autograd.tensor", "tinyllm.autograd.functional", "tinyllm.nn.module", "tinyllm.random")
+
+
+def _use_package(reference: str, folder: str) -> None:
+    """Make ``folder``'s ``tinyllm`` the only one this process imports from now on: every
+    ``tinyllm`` module the worker imported (the course's framework, which the test processes
+    keep) is forgotten, and the finder looks in ``folder`` alone. A student's gru.py then runs
+    on their own Tensor, Module and PCG32, here, and nowhere near the tests that judge it."""
+    for name in [n for n in sys.modules if n == "tinyllm" or n.startswith("tinyllm.")]:
+        del sys.modules[name]
+    sys.meta_path[:] = [_OnlyUnder(folder) if isinstance(f, _OnlyUnder) else f for f in sys.meta_path]
+    sys.path[:] = [folder if entry == reference else entry for entry in sys.path]
+    importlib.invalidate_caches()
 
 
 def _skip(fd: int, size: int) -> None:
@@ -478,9 +546,23 @@ def _failed_start(job: JobSettings, run: RunHeader, why: str) -> RunResult:
 def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *, stdin: int = 0) -> None:
     """Run every run that arrives on ``stdin``, writing a result line to ``out`` as each ends;
     each run's processes apply ``hardening`` to themselves after the fork. A job frame, once the
-    last job's runs have all ended, sets the worker up for the next submission."""
+    last job's runs have all ended, sets the worker up for the next submission, with a zygote
+    forked afresh from here, where nothing of the last job's runs is held."""
     hardening = hardening or ChildHardening(settings=WorkerSandbox(), run_timeout=job.run_timeout)
-    _Worker(job, out, hardening, stdin).loop()
+    session: TestSession | None = _prepare(job)
+    while job is not None:
+        job, session = _one_job(job, session, out, hardening, stdin)
+
+
+def _one_job(job: JobSettings, session: TestSession, out: Any, hardening: ChildHardening,
+             stdin: int) -> tuple[JobSettings | None, TestSession | None]:
+    """Run one job's runs; the next job and its session, once they have all ended (None, None:
+    the job stream has ended)."""
+    following = _Worker(job, session, out, hardening, stdin).loop()
+    if following is None:
+        return None, None
+    return following, _next_job(session, job, following)
+
 
 def main() -> None:
     """Entry point of ``python -m grader.worker``."""

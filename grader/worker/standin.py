@@ -33,16 +33,24 @@ __all__ = ["GRU", "GRUCell", "connect", "gru_cell"]
 
 
 class _Channel:
-    """The test process's end of the boundary."""
+    """The test process's end of the boundary. Every request carries an id, and its answer is
+    the reply with that id: a reply to a call the test abandoned (interrupted at its time limit
+    while the implementation computed) is dropped, so every later call gets its own answer."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        self.sent = 0
 
     def request(self, header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
-        self.connection.send(header, arrays)
-        reply = self.connection.receive()
-        if reply is None:
-            raise RuntimeError("the implementation under test stopped answering")
+        self.sent += 1
+        number = self.sent
+        self.connection.send({**header, "id": number}, arrays)
+        while True:
+            reply = self.connection.receive()
+            if reply is None:
+                raise RuntimeError("the implementation under test stopped answering")
+            if reply.header.get("id") == number:
+                break
         if reply.header.get("ok") is not True:
             name = reply.header.get("type")
             kind = getattr(builtins, name) if name in ERROR_TYPES else RuntimeError

@@ -18,13 +18,11 @@ reached because the run was stopped on purpose are ``not_run``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-from typing import Any
 
-from grader.core.protocol import Budget, JobSettings, Outcome, RunHeader, RunResult, TestResult
+from grader.core.protocol import Budget, JobSettings, Outcome, RunEvent, RunHeader, RunResult, TestResult
 
 __all__ = ["GRACE_S", "Run"]
 
@@ -34,7 +32,6 @@ _REPORT_CAP = 16 * 1024 * 1024  # bytes a run may report before it is cut off (5
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 MEMORY_CHECK_S = 0.25  # how often the memory the runs hold is looked at
-_OUTCOMES = frozenset(Outcome)
 _TAMPERED = (
     "the run wrote something that is not its own report to its result channel (a forged or "
     "corrupted report); nothing it reported after that is trusted"
@@ -97,46 +94,42 @@ class Run:
             self.tampered = True
             self.kill()
             return
-        try:
-            event = json.loads(line[len(self.token):])
-        except ValueError:
+        event = RunEvent.from_line(line[len(self.token):])
+        if event is None:
             self.errors.append("the run wrote a malformed report line")
             return
-        if not isinstance(event, dict):
-            return
-        if "collected" in event and self.collected is None:
-            self.collected = [str(i) for i in event["collected"]] if isinstance(event["collected"], list) else []
+        kind = event.kind
+        if kind == "collected" and self.collected is None:
+            self.collected = list(event.tests)
             if self.job.max_tests is not None and len(self.collected) > self.job.max_tests:
                 self.over_limit, self.collected = len(self.collected), []
                 self.kill(f"the suite has {self.over_limit} tests, more than the limit of {self.job.max_tests}: "
                           "none of them was run")
-        elif "begin" in event:
-            test = str(event["begin"])
-            self.current = (test, time.monotonic(), self._limit(test))
-        elif "end" in event:
+        elif kind == "begin":
+            self.current = (event.test, time.monotonic(), self._limit(event.test))
+        elif kind == "end":
             self.current = None
             if not self.killed_why and not self.stopped and not self.kill_pending:
                 try:
                     os.write(self.fd, b"g")  # the next test may begin
                 except OSError:
                     pass
-        elif "result" in event:
-            self._result(event["result"])
-        elif "collect_error" in event:
-            self.errors.append(str(event["collect_error"])[:_MESSAGE_CAP])
-        elif event.get("stopped") is True:
+        elif kind == "result":
+            self._result(event.result)
+        elif kind == "collect_error":
+            self.errors.append(event.text[:_MESSAGE_CAP])
+        elif kind == "stopped":
             self.stopped = True
-        elif isinstance(event.get("phases"), dict):
-            self.phases = {str(k): float(v) for k, v in event["phases"].items()
-                           if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        elif event.get("done") is True:
+        elif kind == "phases":
+            self.phases = dict(event.phases)
+        elif kind == "done":
             self.done = True
 
-    def _result(self, value: Any) -> None:
-        result = _checked_result(value)
-        if result is None:
+    def _result(self, reported: TestResult | None) -> None:
+        if reported is None:
             self.errors.append("the run wrote a malformed test result")
             return
+        result = _result(reported.test_id, reported.outcome, reported.message[:_MESSAGE_CAP], reported.duration)
         test = result.test_id
         if test in self.interrupted:
             limit = self.interrupted[test]
@@ -322,19 +315,6 @@ def _resident_of(pid: int) -> int:
 
 def _result(test_id: str, outcome: Outcome, message: str = "", duration: float = 0.0) -> TestResult:
     return TestResult(test_id, outcome, message, duration)
-
-
-def _checked_result(value: Any) -> TestResult | None:
-    """A test result as a run reported it, if it is well formed."""
-    if not isinstance(value, dict):
-        return None
-    test_id, outcome = value.get("test_id"), value.get("outcome")
-    message, duration = value.get("message", ""), value.get("duration", 0.0)
-    if not (isinstance(test_id, str) and isinstance(outcome, str) and outcome in _OUTCOMES and isinstance(message, str)):
-        return None
-    if not isinstance(duration, (int, float)) or isinstance(duration, bool):
-        return None
-    return _result(test_id, Outcome(outcome), message[:_MESSAGE_CAP], float(duration))
 
 
 def _describe_status(status: int) -> str:

@@ -1,7 +1,9 @@
 """The CI examples (examples/ci/): each parses as YAML, and its commands (``run:`` and
 ``script:``) run for real, in bash as the CI runs them, with the environment the CI would set,
-against a real ``mutagrade serve``: the install step included (pip finds the client already
-installed here, and is told not to reach any index)."""
+against a real ``mutagrade serve``. The runner's Python is a fresh venv holding pip and the
+student package's dependencies; the install step installs the student package itself (the wheel
+``make student-package`` writes, named by ``MUTAGRADE_CLIENT``, from the file: pip is told not to
+reach any index), and refuses the full ``mutagrade``, which holds the reference GRU."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +18,26 @@ from typing import Iterator
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from tests.api.conftest import LAYOUT, STUDENT, Server, make_server
+from tests.student_wheel import build_wheel, readable_folder, student_venv
 
 CI = LAYOUT.examples / "ci"
 GITHUB = CI / "github-classroom.yml"
 GITLAB = CI / "gitlab-ci.yml"
-BIN = Path(sys.executable).parent  # the venv's bin: python, pip and mutagrade, as the install step leaves them
-CLIENT = "mutagrade[service]"  # the client requirement (installed here already)
+FULL = "mutagrade[service]"  # the full package (the grader and the reference): the install step refuses it
 WEAK = "from tinyllm.rnn.gru import GRU\n\n\ndef test_keys():\n    assert 'bias_hh_l0' in GRU(2, 3).state_dict()\n"
 _EXPRESSION = re.compile(r"\$\{\{\s*(secrets|vars)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+@dataclass(frozen=True)
+class Runner:
+    """A CI runner's Python (``bin``: python and pip; ``mutagrade`` once the install step has run)
+    and the requirement staff set in ``MUTAGRADE_CLIENT``: the student wheel's path."""
+
+    bin: Path
+    client: str
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +46,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv.start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[Runner]:
+    root = readable_folder("mutagrade-ci-runner-")
+    try:
+        wheel = build_wheel(root / "dist")
+        venv = student_venv(root, wheel, [Requirement("pip")], install=False)
+        yield Runner(bin=venv.venv / "bin", client=str(wheel))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _repository(tmp_path: Path, *, weak: bool = False) -> Path:
@@ -52,15 +74,28 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _base_env(tmp_path: Path) -> dict[str, str]:
+def _base_env(tmp_path: Path, runner: Runner) -> dict[str, str]:
+    """A runner's environment: its Python first on PATH, then the system's, nothing of this
+    environment's own venv."""
     return {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PATH": f"{runner.bin}{os.pathsep}/usr/bin:/bin",
+        "LANG": "C.UTF-8",
         "CI": "true",
         "OPENBLAS_NUM_THREADS": "1",
-        "PIP_NO_INDEX": "1",  # the install step must find the client installed, never download
+        "PIP_NO_INDEX": "1",  # the install step installs the wheel from its file, never downloads
         "HOME": str(tmp_path / "home"),
     }
+
+
+def _student_package_only(runner: Runner) -> None:
+    """What the install step left on the runner is the student package: its commands, and
+    neither the reference GRU nor a staff command."""
+    assert (runner.bin / "mutagrade").is_file(), "the install step installed no mutagrade command"
+    reference = subprocess.run([str(runner.bin / "python"), "-I", "-c", "import tinyllm.rnn.gru"],
+                               capture_output=True, text=True, timeout=120)
+    assert reference.returncode == 1 and "ModuleNotFoundError" in reference.stderr, reference.stderr
+    shown = subprocess.run([str(runner.bin / "mutagrade"), "--help"], capture_output=True, text=True, timeout=120)
+    assert "{tdd,check,submit}" in shown.stdout and "grade-batch" not in shown.stdout, shown.stdout
 
 
 # ---------------------------------------------------------------------- GitHub Actions
@@ -86,7 +121,8 @@ def _github_value(value: object, context: dict[str, dict[str, str]]) -> str:
     return _EXPRESSION.sub(lambda m: context[m.group(1)].get(m.group(2), ""), text)
 
 
-def _run_github(repo: Path, tmp_path: Path, *, secrets: dict[str, str], variables: dict[str, str]) -> tuple[list[Step], Path]:
+def _run_github(repo: Path, tmp_path: Path, runner: Runner, *, secrets: dict[str, str],
+                variables: dict[str, str]) -> tuple[list[Step], Path]:
     """Every ``run:`` step of the workflow, in order, stopping at the first that fails."""
     workflow = yaml.safe_load(GITHUB.read_text())
     (job,) = workflow["jobs"].values()
@@ -101,7 +137,7 @@ def _run_github(repo: Path, tmp_path: Path, *, secrets: dict[str, str], variable
             assert step["uses"].split("@")[0] in ("actions/checkout", "actions/setup-python"), step
             continue
         env = {
-            **_base_env(tmp_path),
+            **_base_env(tmp_path, runner),
             "GITHUB_ACTIONS": "true",
             "GITHUB_WORKSPACE": str(repo),
             "GITHUB_STEP_SUMMARY": str(summary),
@@ -128,11 +164,11 @@ def test_the_github_workflow_is_yaml_with_a_job_of_steps() -> None:
     assert "install" in ids and "grade" in ids
 
 
-def test_the_github_workflow_grades_on_the_server_and_writes_the_job_summary(server: Server, tmp_path: Path) -> None:
+def test_the_github_workflow_grades_on_the_server_and_writes_the_job_summary(server: Server, runner: Runner, tmp_path: Path) -> None:
     repo = _repository(tmp_path)
     before = _files(repo)
-    steps, summary = _run_github(repo, tmp_path, secrets={"MUTAGRADE_TOKEN": server.token("gh-alice")},
-                                 variables={"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": CLIENT})
+    steps, summary = _run_github(repo, tmp_path, runner, secrets={"MUTAGRADE_TOKEN": server.token("gh-alice")},
+                                 variables={"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": runner.client})
     assert [s.returncode for s in steps] == [0, 0], steps
     grade = steps[-1]
     assert "VERDICT: PASSED" in grade.stdout and "report page:" in grade.stderr
@@ -142,27 +178,28 @@ def test_the_github_workflow_grades_on_the_server_and_writes_the_job_summary(ser
     with server.client("prof", "staff") as prof:
         mine = [s for s in prof.get("/v1/submissions").json() if s["student"] == "gh-alice"]
     assert len(mine) == 1 and mine[0]["passed"] is True
+    _student_package_only(runner)
 
 
-def test_the_github_workflow_fails_the_job_for_a_suite_that_does_not_pass(server: Server, tmp_path: Path) -> None:
+def test_the_github_workflow_fails_the_job_for_a_suite_that_does_not_pass(server: Server, runner: Runner, tmp_path: Path) -> None:
     repo = _repository(tmp_path, weak=True)
-    steps, summary = _run_github(repo, tmp_path, secrets={"MUTAGRADE_TOKEN": server.token("gh-bob")},
-                                 variables={"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": CLIENT})
+    steps, summary = _run_github(repo, tmp_path, runner, secrets={"MUTAGRADE_TOKEN": server.token("gh-bob")},
+                                 variables={"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": runner.client})
     assert [s.returncode for s in steps] == [0, 1], steps
     assert "VERDICT: NOT PASSED" in steps[-1].stdout
     assert summary.read_text().startswith("## ❌")
 
 
-def test_the_github_workflow_without_the_token_says_which_secret_to_set(server: Server, tmp_path: Path) -> None:
+def test_the_github_workflow_without_the_token_says_which_secret_to_set(server: Server, runner: Runner, tmp_path: Path) -> None:
     repo = _repository(tmp_path, weak=True)
-    steps, summary = _run_github(repo, tmp_path, secrets={},
-                                 variables={"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": CLIENT})
+    steps, summary = _run_github(repo, tmp_path, runner, secrets={},
+                                 variables={"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": runner.client})
     assert [s.returncode for s in steps] == [0, 1], steps
     assert "set the Actions secret MUTAGRADE_TOKEN" in steps[-1].stderr
     assert summary.read_text() == ""
-    steps, _ = _run_github(repo, tmp_path, secrets={}, variables={"MUTAGRADE_SERVER": server.url})
+    steps, _ = _run_github(repo, tmp_path, runner, secrets={}, variables={"MUTAGRADE_SERVER": server.url})
     assert [s.returncode for s in steps] == [1] and "set the Actions variable MUTAGRADE_CLIENT" in steps[0].stderr
-    steps, _ = _run_github(repo, tmp_path, secrets={"MUTAGRADE_TOKEN": "t"}, variables={"MUTAGRADE_CLIENT": CLIENT})
+    steps, _ = _run_github(repo, tmp_path, runner, secrets={"MUTAGRADE_TOKEN": "t"}, variables={"MUTAGRADE_CLIENT": runner.client})
     assert [s.returncode for s in steps] == [0, 1] and "set the Actions variable MUTAGRADE_SERVER" in steps[-1].stderr
 
 
@@ -177,16 +214,17 @@ def test_the_github_workflow_puts_no_expression_in_a_shell_and_grades_only_on_th
     assert "${{ secrets.MUTAGRADE_TOKEN }}" in GITHUB.read_text()
 
 
+
 # ---------------------------------------------------------------------------- GitLab CI
 def _gitlab_job() -> dict:
     pipeline = yaml.safe_load(GITLAB.read_text())
     return pipeline["mutagrade"]
 
 
-def _run_gitlab(repo: Path, tmp_path: Path, variables: dict[str, str]) -> subprocess.CompletedProcess:
+def _run_gitlab(repo: Path, tmp_path: Path, runner: Runner, variables: dict[str, str]) -> subprocess.CompletedProcess:
     """The job's ``script:`` lines in one bash, as GitLab's runner runs them (set -eo pipefail)."""
     job = _gitlab_job()
-    env = {**_base_env(tmp_path), "GITLAB_CI": "true", "CI_PROJECT_DIR": str(repo), **job.get("variables", {}), **variables}
+    env = {**_base_env(tmp_path, runner), "GITLAB_CI": "true", "CI_PROJECT_DIR": str(repo), **job.get("variables", {}), **variables}
     script = tmp_path / "job.sh"
     script.write_text("set -eo pipefail\n" + "\n".join(job["script"]) + "\n")
     return subprocess.run(["bash", "--noprofile", "--norc", str(script)], cwd=repo, env=env,
@@ -201,23 +239,40 @@ def test_the_gitlab_job_is_yaml_that_keeps_the_junit_report_always() -> None:
     assert not any("mutagrade grade" in line or "mutagrade check" in line for line in job["script"])
 
 
-def test_the_gitlab_job_grades_on_the_server_and_writes_the_junit_report(server: Server, tmp_path: Path) -> None:
+def test_the_gitlab_job_grades_on_the_server_and_writes_the_junit_report(server: Server, runner: Runner, tmp_path: Path) -> None:
     repo = _repository(tmp_path)
-    variables = {"MUTAGRADE_SERVER": server.url, "MUTAGRADE_TOKEN": server.token("gl-carol"), "MUTAGRADE_CLIENT": CLIENT}
-    done = _run_gitlab(repo, tmp_path, variables)
+    variables = {"MUTAGRADE_SERVER": server.url, "MUTAGRADE_TOKEN": server.token("gl-carol"), "MUTAGRADE_CLIENT": runner.client}
+    done = _run_gitlab(repo, tmp_path, runner, variables)
     assert done.returncode == 0, done.stderr
     report = repo / _gitlab_job()["artifacts"]["reports"]["junit"]
     mutants = next(s for s in ET.parse(report).getroot().iter("testsuite") if s.get("name") == "mutagrade.mutants")
     assert int(mutants.get("tests")) == 12 and int(mutants.get("failures")) == 0
+    _student_package_only(runner)
 
 
-def test_the_gitlab_job_fails_for_a_suite_that_does_not_pass_and_still_reports(server: Server, tmp_path: Path) -> None:
+def test_the_gitlab_job_fails_for_a_suite_that_does_not_pass_and_still_reports(server: Server, runner: Runner, tmp_path: Path) -> None:
     repo = _repository(tmp_path, weak=True)
-    variables = {"MUTAGRADE_SERVER": server.url, "MUTAGRADE_TOKEN": server.token("gl-dave"), "MUTAGRADE_CLIENT": CLIENT}
-    done = _run_gitlab(repo, tmp_path, variables)
+    variables = {"MUTAGRADE_SERVER": server.url, "MUTAGRADE_TOKEN": server.token("gl-dave"), "MUTAGRADE_CLIENT": runner.client}
+    done = _run_gitlab(repo, tmp_path, runner, variables)
     assert done.returncode == 1, done.stderr
     report = repo / _gitlab_job()["artifacts"]["reports"]["junit"]
     mutants = next(s for s in ET.parse(report).getroot().iter("testsuite") if s.get("name") == "mutagrade.mutants")
     assert int(mutants.get("failures")) == 12
-    unset = _run_gitlab(repo, tmp_path, {"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": CLIENT})
+    unset = _run_gitlab(repo, tmp_path, runner, {"MUTAGRADE_SERVER": server.url, "MUTAGRADE_CLIENT": runner.client})
     assert unset.returncode == 1 and "set the CI/CD variable MUTAGRADE_TOKEN" in unset.stderr
+
+
+@pytest.mark.parametrize("client", [FULL, "https://grading.example.edu/dist/mutagrade-0.1.0-py3-none-any.whl"])
+def test_the_ci_refuses_to_install_the_full_package(runner: Runner, tmp_path: Path, client: str) -> None:
+    """The full ``mutagrade`` holds the reference GRU: named in ``MUTAGRADE_CLIENT``, the install
+    step stops before pip runs, in either CI, and says what to name instead."""
+    repo = _repository(tmp_path, weak=True)
+    steps, _ = _run_github(repo, tmp_path, runner, secrets={"MUTAGRADE_TOKEN": "t"},
+                           variables={"MUTAGRADE_SERVER": "http://127.0.0.1:9", "MUTAGRADE_CLIENT": client})
+    assert [s.returncode for s in steps] == [1], steps
+    assert "MUTAGRADE_CLIENT must name the student package" in steps[0].stderr, steps[0].stderr
+    done = _run_gitlab(repo, tmp_path, runner, {"MUTAGRADE_SERVER": "http://127.0.0.1:9", "MUTAGRADE_TOKEN": "t",
+                                                "MUTAGRADE_CLIENT": client})
+    assert done.returncode == 1 and "MUTAGRADE_CLIENT must name the student package" in done.stderr, done.stderr
+    untouched = subprocess.run([str(runner.bin / "python"), "-I", "-c", "import tinyllm"], capture_output=True, timeout=120)
+    assert untouched.returncode == 1  # nothing of the full package reached the runner

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("grade", "grade-batch", "tdd", "check", "serve", "admin", "submit", "worker", "doctor", "demo", "bundle",
-            "variants", "calibrate", "golden")
+            "starter", "variants", "calibrate", "golden")
 SERVICE_PACKAGES = ("fastapi", "sqlalchemy", "celery", "httpx", "uvicorn", "alembic", "starlette")
 
 

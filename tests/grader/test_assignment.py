@@ -25,6 +25,8 @@ def test_the_shipped_assignment_has_the_course_threshold():
         ('name = "x"\nthreshold = 0.7\ncolour = 1\n', "field colour"),
         ('name = "x"\nthreshold = 0.7\n[limits]\ntest_timeout_s = -1\n', "field limits.test_timeout_s"),
         ("threshold = [", "not valid TOML"),
+        ('name = "x"\nthreshold = 0.7\ncopy_similarity = 0\n', "field copy_similarity"),
+        ('name = "x"\nthreshold = 0.7\ngiven_tests = ["test a"]\n', "field given_tests: .*test_x or test_file.py::test_x"),
     ],
 )
 def test_bad_assignments_name_the_file_and_field(tmp_path, text, expected):

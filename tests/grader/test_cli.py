@@ -218,7 +218,7 @@ def test_grade_with_a_bad_option_starts_no_worker(capsys, monkeypatch):
     import grader.sandbox.process as process
 
     claimed: list[str] = []
-    record_calls(monkeypatch, claimed, user=(process, "_claim_user"))
+    record_calls(monkeypatch, claimed, user=(process, "claim_user"))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["grade", str(EXAMPLE), "--format", "pdf"])
     assert exit_.value.code == 2

@@ -310,3 +310,48 @@ def test_a_layer_made_with_its_own_generator_gives_the_hidden_size():
     report = grade_suite(suite(tmp_path, body), layout=LAYOUT, assignment=FAST, audience="staff")
     assert report.policy.ok, report.policy.violations
     assert [t.valid for t in report.tests] == [True, True], [(t.id, t.reason) for t in report.tests]
+
+
+def test_the_bundled_examples_tests_are_compared_and_none_is_a_copy(example_report):
+    assert [t.status for t in example_report.tests] == [TestStatus.VALID] * len(example_report.tests)
+    assert all(t.similarity is not None and t.similarity < 0.7 for t in example_report.tests)
+    assert all(t.similar_to.startswith("reference/tests/test_gru_") for t in example_report.tests)
+
+
+def test_the_course_tests_handed_in_as_ones_own_do_not_pass(tmp_path):
+    course = LAYOUT.course_tests / "test_gru_properties.py"
+    (tmp_path / "tests").mkdir()
+    shutil.copy(course, tmp_path / "tests" / "test_gru_properties.py")
+    report = grade_suite(tmp_path / "tests", layout=LAYOUT, assignment=load_assignment(LAYOUT.assignment),
+                         audience="staff")
+    assert not report.passed
+    by_name = {t.id.rsplit("::", 1)[-1]: t for t in report.tests}
+    assert len(by_name) == 7
+    hand = by_name.pop("test_hand_example_gru_cell")  # given: the course hands it out
+    assert hand.valid and hand.kills
+    for name, test in by_name.items():
+        assert test.status is TestStatus.COPIED and not test.valid and test.kills == []
+        assert test.reason == (f"copied from the course tests: reference/tests/test_gru_properties.py::{name} "
+                               "(similarity 1.00)")
+        assert test.similarity == 1.0
+        # Run on the reference only: a copy stops no mutant's run before the suite's own tests.
+        assert test.outcomes["reference"] is Outcome.PASSED and test.outcomes["s01"] is Outcome.NOT_RUN
+    assert any("6 test(s) are not valid" in str(r) and "copied" in str(r) for r in report.reasons)
+    assert all(m.killed_by in ([], [hand.id]) for m in report.mutants)
+
+
+def test_the_course_tests_renamed_and_reformatted_do_not_pass_either(tmp_path):
+    from tests.grader.test_copies import disguise
+
+    (tmp_path / "tests").mkdir()
+    source = (LAYOUT.course_tests / "test_gru_properties.py").read_text()
+    (tmp_path / "tests" / "test_mine.py").write_text(disguise(source))
+    done = subprocess.run([sys.executable, "-m", "grader.cli", "grade", str(tmp_path / "tests")],
+                          capture_output=True, text=True, timeout=600, cwd=LAYOUT.root,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "VERDICT: NOT PASSED" in done.stdout
+    for name in ("test_gradcheck_gru_cell", "test_lengths_keep_padding_out", "test_default_state_and_bad_arguments"):
+        assert f"copied from the course tests: reference/tests/test_gru_properties.py::{name} (similarity 1.00)" \
+            in done.stdout
+    assert "test_mine.py::test_mine_" in done.stdout and "COPIED" in done.stdout

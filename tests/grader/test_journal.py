@@ -22,7 +22,8 @@ from grader.core.journal import (
 )
 from grader.core.assignment import load_assignment
 from grader.core.paths import default_layout
-from grader.flows.replay import verify_journal
+from grader.core.models import Outcome, WorkerRun
+from grader.flows.replay import run_snapshot, verify_journal
 from grader.run.runner import RunLimits
 
 LAYOUT = default_layout()
@@ -262,3 +263,211 @@ def test_the_bundled_journal_is_rebuilt_from_scratch_by_the_real_commands(tmp_pa
     keep = ("seq", "phase", "tests", "impl", "outcomes", "introduced")
     assert [e.model_dump(include=set(keep)) for e in rebuilt] == [e.model_dump(include=set(keep)) for e in committed]
     assert [e.phase for e in rebuilt] == [Phase.RED, Phase.GREEN] * 10
+
+
+# Appended by a forger to a broken gru.py: at import, find the reporter of the run's outcomes (in
+# the frames that imported this module, and among every object of the process) and make it report
+# every test as passed.
+REPORT_EVERYTHING_PASSED = """
+
+import gc as _gc
+import sys as _sys
+
+
+def _reporters():
+    found = {}
+    candidates = list(_gc.get_objects())
+    frame = _sys._getframe()
+    while frame is not None:
+        candidates += list(frame.f_locals.values())
+        frame = frame.f_back
+    for value in candidates:
+        for item in (value, getattr(value, "reporter", None)):
+            if type(item).__name__ == "Reporter" and hasattr(item, "send"):
+                found[id(item)] = item
+    return list(found.values())
+
+
+def _all_passed(reporter):
+    send = reporter.send
+
+    def send_passed(**event):
+        result = event.get("result")
+        if isinstance(result, dict):
+            event["result"] = {**result, "outcome": "passed", "message": ""}
+        return send(**event)
+
+    reporter.send = send_passed
+
+
+for _reporter in _reporters():
+    _all_passed(_reporter)
+"""
+
+
+def test_a_recorded_implementation_that_rewrites_the_reported_outcomes_does_not_verify(repo):
+    """A green's recorded gru.py runs only in its run's implementation process: the tests that
+    judge it, and the reporter of their outcomes, are in another process it cannot reach."""
+    def forge(entries):
+        impl = dict(entries[4]["impl"])  # green 6 with the red's (broken) gru.py ...
+        tampered = (repo / ".tdd" / "blobs" / impl["tinyllm/rnn/gru.py"]).read_bytes() + REPORT_EVERYTHING_PASSED.encode()
+        digest = sha256_bytes(tampered)
+        (repo / ".tdd" / "blobs" / digest).write_bytes(tampered)
+        entries[5]["impl"] = {**impl, "tinyllm/rnn/gru.py": digest}  # ... and a forged report
+        return entries
+
+    rewrite(repo, forge)
+    summary = verify(repo)
+    assert not summary.ok
+    assert any("entry 6 (green): test test_gru.py::test_hand_example_gradient_with_respect_to_h: failed" in p
+               for p in summary.problems), summary.problems
+
+
+SPIN = "def test_spin():\n    while True:\n        pass\n"
+
+
+def spinning_journal(root: Path, entries: int) -> tuple[Path, Path]:
+    """A chained journal of ``entries`` entries whose every snapshot's test spins until its limit
+    (it need not verify: it only has to cost its replay time); returns (journal, tests)."""
+    tests = root / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test_spin.py").write_text(SPIN)
+    blobs = root / ".tdd" / "blobs"
+    blobs.mkdir(parents=True)
+    impl = {}
+    for path in sorted((LAYOUT.reference / "tinyllm").rglob("*.py")):
+        data = path.read_bytes()
+        impl[path.relative_to(LAYOUT.reference).as_posix()] = sha256_bytes(data)
+        (blobs / sha256_bytes(data)).write_bytes(data)
+    (blobs / sha256_bytes(SPIN.encode())).write_bytes(SPIN.encode())
+    test = "test_spin.py::test_spin"
+    lines, prev = [], ""
+    for seq in range(1, entries + 1):
+        red = seq % 2 == 1
+        entry = JournalEntry(
+            version=1, seq=seq, phase=Phase.RED if red else Phase.GREEN, time="2026-12-02T15:41:35.294654Z",
+            tests={"test_spin.py": sha256_bytes(SPIN.encode())}, impl=impl,
+            outcomes={test: "timeout" if red else "passed"}, introduced=[test] if red else [], prev=prev,
+        )
+        lines.append(entry_line(entry))
+        prev = sha256_bytes(lines[-1].encode())
+    journal = root / ".tdd" / "journal.jsonl"
+    journal.write_text("\n".join(lines) + "\n")
+    return journal, tests
+
+
+def tight_assignment(path: Path, **limits: str) -> Path:
+    """The course's assignment with some of its ``[limits]`` changed."""
+    text = LAYOUT.assignment.read_text()
+    for name, value in limits.items():
+        line = next(line for line in text.splitlines() if line.startswith(f"{name} ="))
+        text = text.replace(line, f"{name} = {value}")
+    path.write_text(text)
+    return path
+
+
+def grade(tests: Path, journal: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader.cli", "grade", str(tests), "--journal", str(journal), "--format", "json", *extra],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+
+
+def test_a_journal_of_spinning_entries_ends_within_the_gradings_wall_clock_budget(tmp_path):
+    """Each of 160 snapshots spins for its whole test limit (80 s of replay on two cores): the
+    replay spends the grading's wall-clock budget, stops there, and the report says so and how
+    long it took."""
+    journal, tests = spinning_journal(tmp_path / "spin", 160)
+    budget = 6.0
+    assignment = tight_assignment(tmp_path / "assignment.toml", test_timeout_s="1.0", budget_wall_s=str(budget),
+                                  max_journal_entries="200")
+    started = time.monotonic()
+    done = grade(tests, journal, "--assignment", str(assignment))
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert elapsed < budget + 10.0, f"the grading took {elapsed:.1f} s for a wall-clock budget of {budget:g} s"
+    assert budget - 1.0 < report["timing"]["journal_s"] < budget + 5.0, report["timing"]
+    assert report["timing"]["total_s"] >= report["timing"]["journal_s"]
+    assert not report["journal"]["ok"]
+    assert any(p.startswith(f"replay stopped: the grading's wall-clock budget of {budget:g} s ran out")
+               for p in report["journal"]["problems"]), report["journal"]["problems"]
+    assert f"the grading's wall-clock budget of {budget:g} s ran out while the journal was replayed: " \
+           "no variant was run" in report["reasons"], report["reasons"]
+
+
+def test_a_journal_of_more_entries_than_the_assignment_allows_is_refused_before_any_replay(tmp_path):
+    journal, tests = spinning_journal(tmp_path / "spin", 160)
+    started = time.monotonic()
+    done = grade(tests, journal)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert time.monotonic() - started < 30.0
+    assert f"{journal}: the journal holds 160 entries, more than the 100 the assignment allows" in done.stderr
+
+
+# A student's package whose framework is their own: their Tensor carries a mark, and their gru.py
+# answers from it (42 where the mark is there), or returns a Tensor whose data is no numbers.
+STUDENT_GRU = """
+import numpy as np
+
+from tinyllm.autograd.tensor import Tensor
+
+
+class _Odd(Tensor):
+    @property
+    def data(self):
+        return np.array([object()], dtype=object)
+
+    @data.setter
+    def data(self, value):
+        pass
+
+
+def gru_cell(x, h, w_ih, w_hh, b_ih, b_hh):
+    if float(np.asarray(x.data if isinstance(x, Tensor) else x).ravel()[0]) < 0:
+        return _Odd(np.zeros(1))
+    return Tensor(np.full((1, 1), 42.0 if getattr(Tensor, "mark", "") == "student" else 0.0))
+"""
+JUDGING_TESTS = """
+import numpy as np
+
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import gru_cell
+
+ARGS = [np.zeros((3, 1)), np.zeros((3, 1)), np.zeros(3), np.zeros(3)]
+
+
+def test_the_tests_run_on_the_courses_framework():
+    assert not hasattr(Tensor, "mark")
+
+
+def test_the_implementation_runs_on_the_students_own():
+    assert gru_cell(np.ones((1, 1)), np.zeros((1, 1)), *ARGS).data[0, 0] == 42.0
+
+
+def test_a_tensor_whose_data_is_no_numbers_is_an_error_of_that_test():
+    gru_cell(-np.ones((1, 1)), np.zeros((1, 1)), *ARGS)
+
+
+def test_the_next_test_still_reaches_the_implementation():
+    assert gru_cell(np.ones((1, 1)), np.zeros((1, 1)), *ARGS).data[0, 0] == 42.0
+"""
+
+
+def test_a_students_package_runs_only_in_the_implementation_process(tmp_path):
+    impl = tmp_path / "impl"
+    shutil.copytree(LAYOUT.reference / "tinyllm", impl / "tinyllm", ignore=shutil.ignore_patterns("__pycache__"))
+    tensor = impl / "tinyllm" / "autograd" / "tensor.py"
+    tensor.write_text(tensor.read_text() + '\nTensor.mark = "student"\n')
+    (impl / "tinyllm" / "rnn" / "gru.py").write_text(STUDENT_GRU)
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_judging.py").write_text(JUDGING_TESTS)
+    [run] = run_snapshot(LAYOUT, tests, impl, LIMITS, [WorkerRun(variant="yours", source=STUDENT_GRU)])
+    assert not run.crashed and not run.collection_errors, (run.crashed, run.collection_errors)
+    outcomes = {r.test_id.split("::")[-1]: r for r in run.results}
+    assert outcomes["test_the_tests_run_on_the_courses_framework"].outcome is Outcome.PASSED
+    assert outcomes["test_the_implementation_runs_on_the_students_own"].outcome is Outcome.PASSED
+    odd = outcomes["test_a_tensor_whose_data_is_no_numbers_is_an_error_of_that_test"]
+    assert odd.outcome is Outcome.FAILED and "must be of plain numbers" in odd.message, odd
+    assert outcomes["test_the_next_test_still_reaches_the_implementation"].outcome is Outcome.PASSED

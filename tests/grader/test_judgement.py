@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 
-from grader.core.protocol import JobSettings, Outcome, RunHeader, TestResult
+from grader.core.protocol import JobSettings, Outcome, RunEvent, RunHeader, TestResult
 from grader.worker.watch import (
     _MESSAGE_CAP,
     _REPORT_CAP,
     _TAMPERED,
     GRACE_S,
     Run,
-    _checked_result,
     _describe_status,
 )
 
@@ -58,8 +57,15 @@ def _run(channel: tuple[int, int], *, job: JobSettings | None = None, **header: 
     return run
 
 
+_PAYLOAD = {"collected": "tests", "begin": "test", "end": "test", "result": "result",
+            "collect_error": "text", "phases": "phases"}
+
+
 def _line(**event: Any) -> bytes:
-    return TOKEN + json.dumps(event).encode() + b"\n"
+    """One event as a run's reporter writes it: ``_line(begin="t.py::a")``, ``_line(done=True)``."""
+    [(kind, value)] = event.items()
+    body = {"kind": kind, **({_PAYLOAD[kind]: value} if kind in _PAYLOAD else {})}
+    return TOKEN + json.dumps(body).encode() + b"\n"
 
 
 def _result(test: str, outcome: str, message: str = "", duration: float = 0.01) -> bytes:
@@ -150,6 +156,7 @@ def test_malformed_lines_and_results_are_noted_not_believed(channel: tuple[int, 
     assert not run.tampered
     judged = _ended(run)
     assert judged["collection_errors"] == ["the run wrote a malformed report line",
+                                           "the run wrote a malformed report line",
                                            "the run wrote a malformed test result"]
     assert _outcomes(judged) == {"t.py::a": "missing", "t.py::b": "passed"}
     assert judged["results"][0]["message"] == "the test never reported"
@@ -170,12 +177,14 @@ def test_malformed_lines_and_results_are_noted_not_believed(channel: tuple[int, 
         {"test_id": "t", "outcome": {"passed": 1}},
     ],
 )
-def test_checked_result_rejects_malformed_results(value: Any) -> None:
-    assert _checked_result(value) is None
+def test_a_malformed_result_is_read_as_none(value: Any) -> None:
+    event = RunEvent.from_line(json.dumps({"kind": "result", "result": value}).encode())
+    assert event is not None and event.kind == "result" and event.result is None
 
 
-def test_checked_result_keeps_a_good_one_and_only_its_fields() -> None:
-    checked = _checked_result({"test_id": "t", "outcome": "timeout", "duration": 2, "extra": "dropped"})
+def test_a_good_result_is_read_with_only_its_fields() -> None:
+    line = json.dumps({"kind": "result", "result": {"test_id": "t", "outcome": "timeout", "duration": 2, "extra": "dropped"}})
+    checked = RunEvent.from_line(line.encode()).result
     assert checked == TestResult(test_id="t", outcome=Outcome.TIMEOUT, message="", duration=2.0)
     assert isinstance(checked.duration, float)
 

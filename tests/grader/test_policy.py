@@ -205,6 +205,52 @@ def test_pytest_hooks_plugins_and_outside_fixtures_are_rejected(source, expected
     _assert_finds(source, expected)
 
 
+# pytest evaluates a string condition of skipif and xfail as code: the check cannot read it.
+CONDITIONS: list[Case] = [
+    ('@pytest.mark.skipif("sys.platform")\ndef test_x():\n    pass', [(1, 20, "string condition of 'skipif'")]),
+    ('@pytest.mark.xfail("1", strict=True)\ndef test_x():\n    pass', [(1, 19, "'xfail'")]),
+    ('@pytest.mark.skipif(condition="x", reason="r")\ndef test_x():\n    pass', [(1, 30, "'skipif'")]),
+    ('@pytest.mark.xfail(condition=f"{H}")\ndef test_x():\n    pass', [(1, 29, "'xfail'")]),
+    ('@pytest.mark.skipif(False, "x", reason="r")\ndef test_x():\n    pass', [(1, 27, "'skipif'")]),
+    ('@pytest.mark.skipif(*["x"], reason="r")\ndef test_x():\n    pass', [(1, 21, "'skipif'")]),
+    ('@pytest.mark.skipif(**{"condition": "x", "reason": "r"})\ndef test_x():\n    pass', [(1, 36, "'skipif'")]),
+    ('pytestmark = pytest.mark.skipif.with_args("x")', [(1, 42, "'skipif'")]),
+    ('CASES = [pytest.param(1, marks=pytest.mark.xfail("x" + "y"))]', [(1, 49, "'xfail'")]),
+    # through an alias of pytest, of pytest.mark, of the mark, or a name bound to the string
+    ('import pytest as pt\n@pt.mark.skipif("x")\ndef test_x():\n    pass', [(2, 16, "'skipif'")]),
+    ('from pytest import mark\n@mark.skipif("x")\ndef test_x():\n    pass', [(2, 13, "'skipif'")]),
+    ('m = pytest.mark\n@m.xfail("x")\ndef test_x():\n    pass', [(2, 9, "'xfail'")]),
+    ('when = pytest.mark.skipif\n@when("x".upper(), reason="r")\ndef test_x():\n    pass', [(2, 6, "'skipif'")]),
+    ('C = "x"\nD = C\n@pytest.mark.skipif(D, reason="r")\ndef test_x():\n    pass', [(3, 20, "'skipif'")]),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), CONDITIONS, ids=[case[0] for case in CONDITIONS])
+def test_string_conditions_of_skipif_and_xfail_are_rejected(source, expected):
+    _assert_finds("import pytest\n" + source, [(line + 1, col, what) for line, col, what in expected])
+
+
+def test_a_string_condition_is_said_to_be_code_and_a_boolean_asked_for():
+    [violation] = check_source('import pytest\n\n@pytest.mark.skipif("1")\ndef test_x():\n    pass\n', "test_gru.py")
+    assert str(violation).startswith("test_gru.py:3:20: string condition of 'skipif', ")
+    assert "evaluates a string condition as Python code" in violation.why and "pass a boolean" in violation.why
+
+
+BOOLEAN_CONDITIONS = [
+    'H = 3\n@pytest.mark.skipif(H > 4, reason="needs a wide state")\ndef test_x():\n    pass',
+    '@pytest.mark.xfail(reason="known", strict=True, raises=ValueError)\ndef test_x():\n    pass',
+    '@pytest.mark.skip("an unconditional skip takes its reason first")\ndef test_x():\n    pass',
+    '@pytest.mark.skipif(True, **{"reason": "r"})\ndef test_x():\n    pass',
+    'CASES = [pytest.param("s", marks=pytest.mark.xfail(reason="r"))]\n\n\n'
+    '@pytest.mark.parametrize("x", CASES, ids=[str(c) for c in CASES])\ndef test_x(x):\n    pass',
+]
+
+
+@pytest.mark.parametrize("source", BOOLEAN_CONDITIONS, ids=[s.splitlines()[0][:40] for s in BOOLEAN_CONDITIONS])
+def test_boolean_conditions_and_reasons_pass(source):
+    assert check_source("import pytest\n" + source, "test_gru.py") == []
+
+
 TEXT: list[Case] = [
     ("x = 1\ndef f(:\n    pass", [(2, 6, "syntax error")]),
     ("x = 'é' +\n", [(1, 9, "syntax error")]),

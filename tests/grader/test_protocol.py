@@ -177,25 +177,25 @@ def test_worker_sandbox_replace_changes_only_what_it_names() -> None:
 
 def test_a_suite_run_is_the_workers_run_result_with_what_only_the_grader_knows() -> None:
     """One run result type: the grader's SuiteRun holds the fields of the worker's RunResult
-    (less the run's number), and its variant and attempt; a TestOutcome those of a TestResult."""
+    (less the run's number), and its variant and purpose; a TestOutcome those of a TestResult."""
     from dataclasses import fields as dataclass_fields
 
     from grader.core.models import SuiteRun, TestOutcome
     from grader.core.protocol import RunResult, TestResult
 
     wire = {f.name for f in dataclass_fields(RunResult)} - {"run_id"}
-    assert set(SuiteRun.model_fields) == wire | {"variant", "attempt"}
+    assert set(SuiteRun.model_fields) == wire | {"variant", "purpose"}
     assert set(TestOutcome.model_fields) == {f.name for f in dataclass_fields(TestResult)}
 
 
 def test_a_run_result_line_reads_back_as_a_suite_run() -> None:
-    from grader.core.models import Budget, Outcome, SuiteRun
+    from grader.core.models import Budget, Outcome, Purpose, SuiteRun
     from grader.core.protocol import RunResult, TestResult
 
     result = RunResult(run_id=7, hash_seed=2, results=(TestResult("t.py::a", Outcome.FAILED, "no", 0.5),),
                        crashed="", budget=Budget.WALL, budget_exceeded="t.py::a", phases={"run": 0.5})
     data = json.loads(result.to_line())
     assert data.pop("run_id") == 7
-    run = SuiteRun.model_validate({**data, "variant": "s01", "attempt": 2})
-    assert run.outcome("t.py::a") is Outcome.FAILED and run.budget is Budget.WALL and run.attempt == 2
+    run = SuiteRun.model_validate({**data, "variant": "s01", "purpose": "confirming"})
+    assert run.outcome("t.py::a") is Outcome.FAILED and run.budget is Budget.WALL and run.purpose is Purpose.CONFIRMING
     assert run.results[0].message == "no" and run.phases == {"run": 0.5}

@@ -34,13 +34,13 @@ from grader.sandbox.seccomp import CHILD_SYSCALLS, child_syscalls_here
 from grader.sandbox.status import check_mode, doctor_lines, sandbox_status
 from grader.sandbox.users import (
     SandboxUser,
-    _claim_user,
     _kill_pid,
     _kill_user,
-    _kill_users,
     _lock_user,
     _processes_of,
     _uids_of,
+    claim_user,
+    kill_users,
     sandbox_users,
     user_processes,
 )
@@ -524,7 +524,7 @@ def test_what_a_killed_grader_leaves_behind_goes_with_the_next_claim_of_its_user
         assert user_processes(user.uid) == []
     finally:
         held.release()
-    claim = _claim_user([user], wait=60.0)
+    claim = claim_user([user], wait=60.0)
     claim.release()
     assert not Path(workdir).exists()
 
@@ -814,11 +814,11 @@ FILTER_IN_A_PROCESS = '''
 import ctypes, os, sys
 from grader.core.protocol import WorkerSandbox
 from grader.sandbox.harden import ChildHardening
-from grader.sandbox.seccomp import _libseccomp
+from grader.sandbox.seccomp import load_libseccomp
 
 hardening = ChildHardening(
     settings=WorkerSandbox(seccomp=True), run_timeout=5.0,
-    libseccomp=_libseccomp(), allow_list=sys.argv[1] == "allow",
+    libseccomp=load_libseccomp(), allow_list=sys.argv[1] == "allow",
 )
 hardening.apply()
 libc = ctypes.CDLL(None, use_errno=True)
@@ -865,7 +865,7 @@ def test_a_gradings_workers_start_while_bubblewrap_is_probed(monkeypatch):
     import grader.sandbox.status as status
 
     order: list[str] = []
-    record_calls(monkeypatch, order, probe=(status, "_probe_bubblewrap"), worker=(launch, "start_worker"))
+    record_calls(monkeypatch, order, probe=(status, "probe_bubblewrap"), worker=(launch, "start_worker"))
     status._ANSWERS.clear()  # forget this process's earlier answer
     launched = launch.launch_grading(layout=LAYOUT, tests_dir=LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru",
                                      mode=SandboxMode.STRICT)
@@ -902,7 +902,7 @@ def test_the_bubblewrap_probe_survives_workers_claiming_the_sandbox_users():
     stop = threading.Event()
     # The first sandbox user, held (no other grading on this machine uses it meanwhile) and
     # cleared again and again, as each worker start that takes it does.
-    claim = _claim_user(users[:1], wait=30.0)
+    claim = claim_user(users[:1], wait=30.0)
 
     def claims() -> None:
         while not stop.is_set():
@@ -949,7 +949,7 @@ def test_threads_checking_the_sandbox_at_once_share_one_probe(monkeypatch):
     import grader.sandbox.status as status
 
     order: list[str] = []
-    record_calls(monkeypatch, order, probe=(status, "_probe_bubblewrap"))
+    record_calls(monkeypatch, order, probe=(status, "probe_bubblewrap"))
     status._ANSWERS.clear()
     answers: list[SandboxStatus] = []
     threads = [threading.Thread(target=lambda: answers.append(sandbox_status())) for _ in range(4)]
@@ -975,7 +975,7 @@ def test_workers_started_for_bubblewrap_are_started_again_without_it_when_its_pr
             launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
         # The answer is known now: a later grading in this process does not guess again.
         order: list[str] = []
-        record_calls(monkeypatch, order, worker=(process, "_claim_user"))
+        record_calls(monkeypatch, order, worker=(process, "claim_user"))
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             launch.launch_grading(layout=LAYOUT, tests_dir=tests, mode=SandboxMode.STRICT)
         assert order == []  # refused before any worker was started
@@ -1129,7 +1129,7 @@ def test_one_pass_kills_the_processes_of_several_users():
         while len(_processes_of(uids)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert sorted(_processes_of(uids)) == sorted(s.pid for s in sleepers)
-        _kill_users(uids)
+        kill_users(uids)
         assert _processes_of(uids) == []
         assert [s.wait(timeout=10) for s in sleepers] == [-9, -9, -9]
     finally:

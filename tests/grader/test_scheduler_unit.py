@@ -18,14 +18,15 @@ import pytest
 
 from grader.core.assignment import load_assignment
 from grader.core.matrix import Matrix
-from grader.core.models import Budget, Outcome, SuiteRun, TestOutcome, WorkerRun
+from grader.core.models import Budget, Outcome, Purpose, SuiteRun, TestOutcome, WorkerRun
 from grader.core.paths import default_layout
 from grader.core.scoring import score_suite
 from grader.core.variants import Variant, VariantKind, VariantSpec
-from grader.run.runner import RunLimits, WorkerLost, _Result
-from grader.run.scheduler import RECHECK, _MatrixRun
+from grader.run.runner import RunLimits, WorkerLost, WorkerResult
+from grader.run.scheduler import MAX_CONTINUATIONS, _MatrixRun
 
 P, F, T, E = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.ERROR
+FIRST, CONFIRMING, CONTINUING = Purpose.FIRST, Purpose.CONFIRMING, Purpose.CONTINUING
 TESTS = ["t::a", "t::b", "t::c", "t::d"]
 
 
@@ -122,7 +123,7 @@ class World:
         if self.answered:
             self.in_flight_max_after_reference = max(self.in_flight_max_after_reference, len(self.pending))
 
-    def get(self, timeout: float | None = None) -> _Result:
+    def get(self, timeout: float | None = None) -> WorkerResult:
         if not self.pending:
             raise AssertionError("the schedule waits for a result with no run in flight")
         if self.sent_before_answer is None:
@@ -130,23 +131,23 @@ class World:
         ready = [p for p in self.pending if f"{p[1].run.variant}@{p[0].hash_seed}" not in self.last]
         worker, sent = (ready or self.pending)[0]
         self.pending.remove((worker, sent))
-        if sent.run.variant in self.lost and sent.run.attempt == 1:
-            return _Result(worker, SuiteRun(variant=sent.run.variant, hash_seed=worker.hash_seed, attempt=1,
+        if sent.run.variant in self.lost and sent.run.purpose in (FIRST, Purpose.SECOND_SEED):
+            return WorkerResult(worker, SuiteRun(variant=sent.run.variant, hash_seed=worker.hash_seed, purpose=sent.run.purpose,
                                             crashed="the worker exited without reporting this run"), lost=True)
         answer = self._answer(worker, sent.run)
         self.answered.append(answer)
-        return _Result(worker, answer)
+        return WorkerResult(worker, answer)
 
-    def table(self, variant: str, seed: int, attempt: int) -> dict[str, Outcome]:
-        if attempt == 2 and variant in self.confirm:
+    def table(self, variant: str, seed: int, purpose: Purpose) -> dict[str, Outcome]:
+        if purpose is CONFIRMING and variant in self.confirm:
             return self.confirm[variant]
         return self.outcomes.get(f"{variant}@{seed}", self.outcomes.get(variant, {}))
 
     def _answer(self, worker: FakeWorker, run: WorkerRun) -> SuiteRun:
         if worker.closed:  # what a closed worker never reported comes back crashed
-            return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, attempt=run.attempt,
+            return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, purpose=run.purpose,
                             crashed="the worker exited without reporting this run")
-        table = self.table(run.variant, worker.hash_seed, run.attempt)
+        table = self.table(run.variant, worker.hash_seed, run.purpose)
         results: list[TestOutcome] = []
         stopped = False
         for test in TESTS:
@@ -160,11 +161,11 @@ class World:
                                        message="" if outcome is P else f"{outcome.value}"))
             stopped = run.stop_at_first_kill and outcome.kills
         test, budget = self.out_of_budget.get(run.variant, ("", None))
-        return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, attempt=run.attempt, results=tuple(results),
+        return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, purpose=run.purpose, results=tuple(results),
                         cpu_s=self.cpu_s, stopped_early=stopped, budget_exceeded=test, budget=budget)
 
-    def runs_of(self, variant: str, attempt: int | None = None) -> list[Sent]:
-        return [s for s in self.log if s.run.variant == variant and (attempt is None or s.run.attempt == attempt)]
+    def runs_of(self, variant: str, purpose: Purpose | None = None) -> list[Sent]:
+        return [s for s in self.log if s.run.variant == variant and (purpose is None or s.run.purpose is purpose)]
 
 
 def _grade(world: World, *, full_matrix: bool = False, chance: int = 0, limits: RunLimits | None = None,
@@ -177,7 +178,7 @@ def _grade(world: World, *, full_matrix: bool = False, chance: int = 0, limits: 
 
 
 def _first_runs(world: World) -> list[Sent]:
-    return [s for s in world.log if s.run.variant != "reference" and s.run.attempt == 1]
+    return [s for s in world.log if s.run.variant != "reference" and s.run.purpose is FIRST]
 
 
 CHANCES = pytest.mark.parametrize("chance", range(4))
@@ -188,12 +189,14 @@ def test_the_reference_runs_first_under_both_hash_seeds(chance: int) -> None:
     world = World(outcomes={"m1": {"t::a": F}, "m2": {"t::b": F}})
     matrix, _ = _grade(world, chance=chance)
     first_two = world.log[:2]
-    assert {(s.run.variant, s.run.attempt, s.seed) for s in first_two} == {("reference", 1, 1), ("reference", 1, 2)}
+    assert {(s.run.variant, s.run.purpose, s.seed) for s in first_two} == {
+        ("reference", FIRST, 1), ("reference", Purpose.SECOND_SEED, 2)}
     assert all(s.run.select is None and not s.run.stop_at_first_kill for s in first_two)
     assert world.sent_before_answer == 2  # nothing else before the first reference run is in
     assert (matrix.first["reference"].hash_seed, matrix.second["reference"].hash_seed) == (1, 2)
-    # Every wheat and mutant ran once, after the reference.
+    # Every wheat and mutant ran once, after the reference; each kill once more.
     assert sorted(s.run.variant for s in _first_runs(world)) == ["m1", "m2", "m3", "w1", "w2"]
+    assert sorted(s.run.variant for s in world.log if s.run.purpose is CONFIRMING) == ["m1", "m2"]
     assert matrix.runs == len(world.answered) == len(world.log)
 
 
@@ -234,7 +237,7 @@ def test_nothing_runs_past_the_reference_when_no_test_passes_it() -> None:
 def test_a_mutant_run_stops_at_its_first_kill_unless_the_full_matrix_is_asked(full_matrix: bool) -> None:
     world = World(outcomes={"m1": {"t::a": F, "t::c": F}})
     matrix, _ = _grade(world, full_matrix=full_matrix)
-    (sent,) = world.runs_of("m1", 1)
+    (sent,) = world.runs_of("m1", FIRST)
     assert sent.run.stop_at_first_kill is not full_matrix
     assert not any(s.run.stop_at_first_kill for s in world.runs_of("w1") + world.runs_of("w2"))
     assert matrix.outcome("t::a", "m1") is F
@@ -243,27 +246,52 @@ def test_a_mutant_run_stops_at_its_first_kill_unless_the_full_matrix_is_asked(fu
     else:
         assert [matrix.outcome(t, "m1") for t in TESTS[1:]] == [Outcome.NOT_RUN] * 3
         reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::c")
-        assert "already killed" in reason
+        assert "stopped at an earlier test that failed" in reason
 
 
 @CHANCES
-def test_a_time_out_kill_gets_a_confirming_run_and_a_failure_does_not(chance: int) -> None:
-    world = World(outcomes={"m1": {"t::b": T}, "m2": {"t::a": F}, "m3": {"t::c": E}}, confirm={"m1": {"t::b": T}})
+def test_every_kill_gets_a_confirming_run_under_the_other_seed(chance: int) -> None:
+    world = World(outcomes={"m1": {"t::b": T}, "m2": {"t::a": F}, "m3": {"t::c": E}},
+                  confirm={"m1": {"t::b": T}, "m2": {"t::a": F}, "m3": {"t::c": E}})
     matrix, _ = _grade(world, chance=chance)
-    (confirming,) = world.runs_of("m1", 2)
-    assert confirming.run.select == ["t::b"]
-    assert world.runs_of("m2", 2) == [] and world.runs_of("m3", 2) == []
-    assert matrix.second["m1"].attempt == 2 and "m2" not in matrix.second
-    assert matrix.confirmed_failure("t::b", "m1") and matrix.confirmed_failure("t::a", "m2")
-    # A confirming run comes late: the reference is run again alongside, now and then.
-    assert all(s.run.variant in ("reference", "m1") for s in world.log[world.log.index(confirming):])
+    for mutant, test in (("m1", "t::b"), ("m2", "t::a"), ("m3", "t::c")):
+        (first,) = world.runs_of(mutant, FIRST)
+        (confirming,) = world.runs_of(mutant, CONFIRMING)
+        assert confirming.run.select == [test]
+        assert confirming.seed != first.seed  # under the other seed
+        assert matrix.second[mutant].purpose is CONFIRMING
+        assert matrix.confirmed_failure(test, mutant)
+    # Confirming runs come late: the reference is run again alongside, now and then.
+    late = world.log.index(min((world.runs_of(m, CONFIRMING)[0] for m in MUTANTS), key=world.log.index))
+    assert all(s.run.variant in ("reference", *MUTANTS) for s in world.log[late:])
+
+
+@CHANCES
+def test_a_kill_that_does_not_hold_under_the_other_seed_counts_for_nothing(chance: int) -> None:
+    """A test whose verdict is chance's: under one seed it fails on the mutant, under the other
+    it passes. Whatever it failed with, it kills nothing."""
+    world = World(outcomes={"m1": {"t::a": F}, "m2": {"t::b": E}}, confirm={"m1": {"t::a": P}, "m2": {"t::b": P}})
+    matrix, _ = _grade(world, chance=chance)
+    assert not matrix.confirmed_failure("t::a", "m1") and not matrix.confirmed_failure("t::b", "m2")
+    report = score_suite(submission="s", matrix=matrix, variants=VARIANTS,
+                         assignment=load_assignment(default_layout().assignment), audience="staff")
+    assert report.score.killed == 0
+
+
+def test_a_mutant_is_carried_on_a_bounded_number_of_times() -> None:
+    """Every test fails on m1 under one seed and passes under the other: each kill is doubted,
+    and the run carried on at most MAX_CONTINUATIONS times, not once per test."""
+    world = World(outcomes={"m1": {t: F for t in TESTS}}, confirm={"m1": {t: P for t in TESTS}})
+    matrix, _ = _grade(world)
+    assert len(world.runs_of("m1", CONTINUING)) == MAX_CONTINUATIONS < len(TESTS) - 1
+    assert not any(matrix.confirmed_failure(t, "m1") for t in TESTS)
 
 
 @CHANCES
 def test_a_time_out_that_does_not_hold_up_carries_on_with_the_rest(chance: int) -> None:
-    world = World(outcomes={"m1": {"t::a": T, "t::d": F}}, confirm={"m1": {"t::a": P}})
+    world = World(outcomes={"m1": {"t::a": T, "t::d": F}}, confirm={"m1": {"t::a": P, "t::d": F}})
     matrix, _ = _grade(world, chance=chance)
-    (carry_on,) = world.runs_of("m1", 3)
+    (carry_on,) = world.runs_of("m1", CONTINUING)
     assert carry_on.run.select == ["t::b", "t::c", "t::d"] and carry_on.run.stop_at_first_kill
     assert not matrix.confirmed_failure("t::a", "m1")
     assert matrix.outcome("t::d", "m1") is F and matrix.confirmed_failure("t::d", "m1")
@@ -274,7 +302,7 @@ def test_a_mutant_stopped_at_a_brittle_test_carries_on_with_the_valid_ones(chanc
     # t::a fails on a wheat (brittle); m2's run stops there, before the test that really kills it.
     world = World(outcomes={"w2": {"t::a": F}, "m2": {"t::a": F, "t::c": F}})
     matrix, _ = _grade(world, chance=chance)
-    (carry_on,) = world.runs_of("m2", 3)
+    (carry_on,) = world.runs_of("m2", CONTINUING)
     assert carry_on.run.select == ["t::b", "t::c", "t::d"]
     assert matrix.outcome("t::a", "m2") is Outcome.NOT_RUN  # brittle: counts on no mutant
     assert matrix.outcome("t::c", "m2") is F
@@ -288,10 +316,10 @@ def test_mutants_that_answer_before_the_second_reference_run_are_weighed_when_it
     # killed only by it, which came in before, carries on with the valid tests.
     world = World(outcomes={"reference@1": {"t::a": F}, "m1": {"t::a": F, "t::b": F}}, last=("reference@1",))
     matrix, _ = _grade(world)
-    order = [(r.variant, r.attempt, r.hash_seed) for r in world.answered]
-    first_m1 = next(i for i, (variant, attempt, _) in enumerate(order) if (variant, attempt) == ("m1", 1))
-    assert first_m1 < order.index(("reference", 1, 1))  # held until the reference was in
-    (carry_on,) = world.runs_of("m1", 3)
+    order = [(r.variant, r.purpose, r.hash_seed) for r in world.answered]
+    first_m1 = next(i for i, (variant, purpose, _) in enumerate(order) if (variant, purpose) == ("m1", FIRST))
+    assert first_m1 < order.index(("reference", FIRST, 1))  # held until the reference was in
+    (carry_on,) = world.runs_of("m1", CONTINUING)
     assert carry_on.run.select == ["t::b", "t::c", "t::d"]
     assert matrix.outcome("t::a", "m1") is Outcome.NOT_RUN
     assert matrix.outcome("t::b", "m1") is F
@@ -339,8 +367,9 @@ def test_the_reference_is_run_again_among_the_late_runs() -> None:
     # Two late runs: the second always takes a run of the reference with it.
     world = World(outcomes={"m1": {"t::a": T}, "m2": {"t::b": T}}, confirm={"m1": {"t::a": T}, "m2": {"t::b": T}})
     matrix, _ = _grade(world)
-    rechecks = world.runs_of("reference", RECHECK)
-    assert rechecks and all(s.run.select is None for s in rechecks)
+    rechecks = world.runs_of("reference", Purpose.RECHECK)
+    # Each goes with a late run, in its shape: the same tests reported, under the same seed.
+    assert rechecks and all(s.run.select in (["t::a"], ["t::b"]) for s in rechecks)
     assert len(matrix.rechecks) == len(rechecks)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from grader.core.assignment import Assignment, load_assignment
 from grader.core.matrix import Matrix
-from grader.core.models import Outcome, Report, SuiteRun, TestOutcome, TestStatus
+from grader.core.models import Outcome, Purpose, Report, SuiteRun, TestOutcome, TestStatus
 from grader.core.paths import default_layout
 from grader.core.scoring import HIDDEN_HINT, score_suite, shown_ids, student_view
 from grader.core.variants import Variant, VariantKind, build_variants
@@ -30,10 +30,10 @@ def _ids(variants: list[Variant], kind: VariantKind) -> list[str]:
     return [v.id for v in variants if v.kind is kind]
 
 
-def _run(variant: str, outcomes: dict[str, Outcome], *, seed: int = 1, attempt: int = 1,
+def _run(variant: str, outcomes: dict[str, Outcome], *, seed: int = 1, purpose: Purpose = Purpose.FIRST,
          crashed: str = "") -> SuiteRun:
     return SuiteRun(
-        variant=variant, hash_seed=seed, attempt=attempt, crashed=crashed,
+        variant=variant, hash_seed=seed, purpose=purpose, crashed=crashed,
         results=tuple(TestOutcome(test_id=t, outcome=o, message="" if o is P else f"{o.value} here")
                       for t, o in outcomes.items()),
     )
@@ -43,12 +43,18 @@ def _matrix(variants: list[Variant], tests: list[str], *, cells: dict[tuple[str,
             second_reference: dict[str, Outcome] | None = None,
             confirmations: dict[str, dict[str, Outcome]] | None = None,
             rechecks: tuple[SuiteRun, ...] = ()) -> Matrix:
-    """Every test passes everywhere unless ``cells`` says otherwise ((test, variant) -> outcome)."""
+    """Every test passes everywhere unless ``cells`` says otherwise ((test, variant) -> outcome);
+    each mutant's kills fail again in its confirming run, unless ``confirmations`` says otherwise."""
     cells = cells or {}
     first = {v.id: _run(v.id, {t: cells.get((t, v.id), P) for t in tests}) for v in variants}
-    second = {"reference": _run("reference", {t: (second_reference or {}).get(t, P) for t in tests}, seed=2)}
+    second = {"reference": _run("reference", {t: (second_reference or {}).get(t, P) for t in tests}, seed=2,
+                                purpose=Purpose.SECOND_SEED)}
+    for variant in variants:
+        kills = {r.test_id: r.outcome for r in first[variant.id].results if r.outcome.kills}
+        if variant.kind is VariantKind.MUTANT and kills:
+            second[variant.id] = _run(variant.id, kills, seed=2, purpose=Purpose.CONFIRMING)
     for mutant, outcomes in (confirmations or {}).items():
-        second[mutant] = _run(mutant, outcomes, attempt=2)
+        second[mutant] = _run(mutant, outcomes, seed=2, purpose=Purpose.CONFIRMING)
     return Matrix(first=first, second=second, rechecks=rechecks)
 
 
@@ -118,7 +124,7 @@ def test_a_test_failing_on_the_reference_is_wrong(variants: list[Variant], assig
 def test_a_test_failing_when_the_reference_is_run_again_late_is_flaky(variants: list[Variant],
                                                                       assignment: Assignment) -> None:
     mutants = _ids(variants, VariantKind.MUTANT)
-    late = _run("reference", {"t_late": F}, attempt=4)
+    late = _run("reference", {"t_late": F}, purpose=Purpose.RECHECK)
     matrix = _matrix(variants, ["t_late"], cells=_kills("t_late", mutants), rechecks=(late,))
     (verdict,) = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment).tests
     assert verdict.status is TestStatus.FLAKY and verdict.kills == []
@@ -160,17 +166,22 @@ def test_missing_the_required_mutant_fails_whatever_the_rate(variants: list[Vari
     ("first", "crashed", "confirmation", "killed"),
     [
         (T, "", None, False),  # a time-out alone is not a kill
-        (T, "", T, True),  # ... confirmed by its second run it is
+        (T, "", T, True),  # ... confirmed by its run under the other seed it is
         (T, "", P, False),  # ... and passing the second time it is not
         (Outcome.MISSING, "the run died", Outcome.MISSING, True),
         (Outcome.MISSING, "the run died", None, False),
-        (F, "", None, True),  # a failed assertion needs no second run
+        (F, "", None, False),  # a failed assertion too: chance could have failed it
+        (F, "", F, True),
+        (F, "", P, False),
+        (Outcome.ERROR, "", Outcome.ERROR, True),
     ],
 )
-def test_a_time_out_kills_only_when_confirmed(variants: list[Variant], assignment: Assignment, first: Outcome,
-                                              crashed: str, confirmation: Outcome | None, killed: bool) -> None:
+def test_a_kill_counts_only_when_confirmed(variants: list[Variant], assignment: Assignment, first: Outcome,
+                                           crashed: str, confirmation: Outcome | None, killed: bool) -> None:
     matrix = _matrix(variants, ["t"], cells={("t", "s05"): first},
                      confirmations={"s05": {"t": confirmation}} if confirmation else None)
+    if confirmation is None:
+        del matrix.second["s05"]
     if crashed:
         matrix.first["s05"] = matrix.first["s05"].model_copy(update={"crashed": crashed})
     report = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment)
@@ -218,7 +229,7 @@ def test_the_student_view_renames_hidden_mutants_but_never_a_test_named_like_one
     wheat = _ids(variants, VariantKind.WHEAT)[-1]
     matrix = _matrix(variants, ["test_s04_shape", "t"], cells={("test_s04_shape", wheat): F})
     crash = "the child died in test_s04_shape: s04: killed"
-    first = {**matrix.first, "s04": matrix.first["s04"].model_copy(update={"crashed": crash})}
+    first = {**matrix.first, "s05": matrix.first["s05"].model_copy(update={"crashed": crash})}
     matrix = replace(matrix, first=first, budget_stop=BudgetStop(budget=2.0, test="test_s04_shape", variant="s04"))
     staff = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="staff")
     student = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="student")
@@ -227,8 +238,8 @@ def test_the_student_view_renames_hidden_mutants_but_never_a_test_named_like_one
     reasons = [str(r) for r in seen.reasons]
     assert any("on variant hidden mutant 1" in r and "in test test_s04_shape " in r for r in reasons), reasons
     assert any("(test_s04_shape: brittle)" in r for r in reasons), reasons
-    assert [str(p) for p in seen.problems] == [f"hidden mutant 1: {crash}"]
-    assert [str(p) for p in staff.problems] == [f"s04: {crash}"]
+    assert [str(p) for p in seen.problems] == [f"s05: {crash}"]  # a message is not renamed
+    assert [str(p) for p in staff.problems] == [f"s05: {crash}"]
     # The staff report names s04 where it means the mutant, and keeps the test's id whole too.
     assert any("on variant s04" in str(r) and "test_s04_shape" in str(r) for r in staff.reasons)
 
@@ -256,7 +267,7 @@ def test_a_report_stored_under_the_old_schema_shows_a_student_no_hidden_mutant(v
     stored = {
         "schema": "mutagrade.report/1", "submission": "s", "audience": "staff", "passed": False,
         "reasons": ["required mutant(s) not killed: s04, s12", "the grading budget ran out on variant s12: stopped"],
-        "problems": ["s04: the run crashed", "s12: the run crashed"],
+        "problems": ["s04: the run crashed", "s05: the run crashed", "s12: the run crashed"],
         "score": {"kill_rate": 0.5, "killed": 6, "total": 12, "threshold": 0.7,
                   "required": ["s02", "s04"], "required_missing": ["s04"]},
         "tests": [], "mutants": [], "variants": [v.id for v in variants],
@@ -266,4 +277,89 @@ def test_a_report_stored_under_the_old_schema_shows_a_student_no_hidden_mutant(v
     lines = seen["reasons"] + seen["problems"]
     assert all(isinstance(line, str) for line in lines)
     assert not [line for line in lines if "s04" in line or "s12" in line], lines
-    assert seen["problems"] == ["hidden mutant 1: the run crashed", "hidden mutant 2: the run crashed"]
+    # A hidden mutant's run is not the student's to read of, in an old report either.
+    assert seen["problems"] == ["s05: the run crashed"]
+
+
+def test_a_students_report_holds_nothing_of_a_hidden_mutants_run(variants: list[Variant],
+                                                                 assignment: Assignment) -> None:
+    """What a hidden mutant's run produced (its crash, its collection errors, how each test
+    ended) is the suite's own text: staff read it, a student reads only what was killed."""
+    from dataclasses import replace
+
+    from grader.core.caps import MAX_LISTED
+
+    secret = "SECRET: the reset gate leaves b_hn out"
+    outcomes = {"t_error": Outcome.ERROR, "t_timeout": T, "t_skip": Outcome.SKIPPED, "t_pass": P,
+                "t_not_run": Outcome.NOT_RUN}
+    matrix = _matrix(variants, list(outcomes), cells={(t, "s04"): o for t, o in outcomes.items()},
+                     confirmations={"s04": {"t_timeout": T}})
+    first = dict(matrix.first)
+    first["s04"] = first["s04"].model_copy(update={
+        "crashed": f"{secret} (crash)", "collection_errors": tuple(f"{secret} {n}" for n in range(MAX_LISTED + 5)),
+    })
+    first["s05"] = first["s05"].model_copy(update={"collection_errors": tuple(f"s05 error {n}" for n in range(60))})
+    matrix = replace(matrix, first=first)
+    staff = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="staff")
+    student = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="student")
+    assert student_view(staff, variants) == student
+    assert "SECRET" not in student.model_dump_json()
+    # The student's list and count are of the visible mutants' problems alone.
+    assert [str(p) for p in student.problems] == [f"s05: s05 error {n}" for n in range(MAX_LISTED)]
+    assert student.problems_omitted == 10
+    # Staff read the hidden runs' problems too, after the others, under a cap of their own.
+    staff_lines = [str(p) for p in staff.problems]
+    assert staff.problems_omitted == 10 and len(staff_lines) == 2 * MAX_LISTED + 1
+    assert staff_lines[MAX_LISTED] == f"s04: {secret} (crash)"
+    assert staff_lines[-1] == "... and 6 more of s04"  # its crash and 55 collection errors: 56
+    # A cell of a hidden mutant: caught (failed), not caught (passed) or not run; never how.
+    cells = {t.id: t.outcomes["hidden mutant 1"] for t in student.tests}
+    assert cells == {"t_error": F, "t_timeout": F, "t_skip": P, "t_pass": P, "t_not_run": Outcome.NOT_RUN}
+    assert {t.id: t.outcomes["s04"] for t in staff.tests} == outcomes
+    assert next(t for t in student.tests if t.id == "t_skip").outcomes["s05"] is P
+
+
+def test_a_report_stored_under_the_old_schema_shows_no_hidden_mutants_cell_as_it_ended(variants: list[Variant]) -> None:
+    stored = {
+        "schema": "mutagrade.report/1", "submission": "s", "audience": "staff", "passed": False,
+        "score": {"kill_rate": 0.0, "killed": 0, "total": 12, "threshold": 0.7, "required": ["s02"],
+                  "required_missing": ["s02"]},
+        "tests": [{"id": "t", "valid": True, "status": "valid", "kills": [],
+                   "outcomes": {"reference": "passed", "s04": "timeout", "s12": "skipped", "s05": "skipped"}}],
+        "mutants": [], "variants": ["reference", "s04", "s05", "s12"],
+    }
+    seen = student_view(Report.model_validate_json(json.dumps(stored)), variants)
+    assert seen.tests[0].outcomes == {"reference": P, "hidden mutant 1": F, "hidden mutant 2": P, "s05": Outcome.SKIPPED}
+
+
+def test_a_copy_of_a_course_test_is_not_valid_and_kills_nothing(variants: list[Variant], assignment: Assignment) -> None:
+    from grader.core.copies import CopyCheck, Likeness
+
+    mutants = _ids(variants, VariantKind.MUTANT)
+    course = "reference/tests/test_gru_properties.py::test_gradcheck_gru_cell"
+    copies = CopyCheck(threshold=0.8, tests=[
+        Likeness(test="test_a.py::test_copy", similarity=0.97, course_test=course, copied=True),
+        Likeness(test="test_a.py::test_own", similarity=0.31, course_test=course),
+    ])
+    matrix = _matrix(variants, ["test_a.py::test_copy[1]", "test_a.py::test_own"],
+                     cells=_kills("test_a.py::test_copy[1]", mutants))
+    staff = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="staff",
+                        copies=copies)
+    copy, own = staff.tests
+    assert copy.status is TestStatus.COPIED and not copy.valid and copy.kills == []
+    assert copy.reason == f"copied from the course tests: {course} (similarity 0.97)"
+    assert (copy.similarity, copy.similar_to) == (0.97, course)
+    assert own.valid and (own.similarity, own.similar_to) == (0.31, course)
+    assert staff.score.killed == 0 and not staff.passed
+    assert any("test_a.py::test_copy[1]: copied" in str(r) for r in staff.reasons)
+    # Students read that a test is a copy, and of which course test; the others' figures are staff's.
+    student = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, copies=copies)
+    assert [(t.status, t.similarity, t.similar_to) for t in student.tests] == [
+        (TestStatus.COPIED, 0.97, course), (TestStatus.VALID, None, "")]
+    # ... and so in a student's view of the stored staff report, as the service makes it.
+    assert [(t.status, t.similarity, t.similar_to) for t in student_view(staff, variants).tests] == [
+        (TestStatus.COPIED, 0.97, course), (TestStatus.VALID, None, "")]
+    # Where invalid tests are allowed, a copy still counts for nothing.
+    lenient = assignment.model_copy(update={"allow_invalid_tests": True})
+    again = score_suite(submission="s", matrix=matrix, variants=variants, assignment=lenient, copies=copies)
+    assert again.score.killed == 0 and not any("not valid" in str(r) for r in again.reasons)

@@ -13,24 +13,24 @@ import pytest
 from grader.core.protocol import WorkerSandbox
 from grader.sandbox.harden import ChildHardening
 from grader.sandbox.seccomp import (
-    _child_allow_filter,
     _export_bpf,
-    _libseccomp,
+    child_allow_filter,
     child_allow_program,
+    load_libseccomp,
 )
 
 
 @pytest.mark.parametrize("pid", [1, 2, 4242, 65535, 65536, 4_194_303, os.getpid()])
 def test_the_patched_program_is_the_one_built_for_that_pid(pid):
-    lib = _libseccomp()
+    lib = load_libseccomp()
     program = child_allow_program(lib)
     assert program is not None
     assert program.slots, "the pid never appears: nothing to patch"
-    assert program.for_pid(pid) == _export_bpf(_child_allow_filter(lib, pid))
+    assert program.for_pid(pid) == _export_bpf(child_allow_filter(lib, pid))
 
 
 def test_a_child_under_the_compiled_program_signals_only_itself():
-    lib = _libseccomp()
+    lib = load_libseccomp()
     hardening = ChildHardening(settings=WorkerSandbox(seccomp=True), run_timeout=5.0, libseccomp=lib,
                                allow_program=child_allow_program(lib))
     parent = os.getpid()

@@ -245,3 +245,57 @@ def test_the_implementation_answers_a_hostile_request_with_an_error_and_serves_o
     # ... and the next request is served as if nothing happened
     out = standin.gru_cell(*[Tensor(a) for a in _inputs(4)])
     assert out.shape == (2, 4)
+
+
+ABANDONED = '''
+import math
+
+import numpy as np
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.rnn.gru import GRU, gru_cell
+
+
+def test_a_slow():
+    # Runs past its limit while the implementation computes: interrupted mid-call.
+    gru = GRU(1, 1)
+    gru(Tensor(np.ones((6000, 1, 1))))
+
+
+def test_b_hand_example():
+    weights = ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])
+    w = [Tensor(np.array(a, dtype=np.float64)) for a in weights]
+    h = gru_cell(Tensor(np.array([[1.0]])), Tensor(np.array([[0.5]])), *w)
+    assert h.shape == (1, 1)
+    assert np.allclose(h.data, [[0.25 * np.tanh(0.75) + 0.375]])
+
+
+def test_c_shapes():
+    out, h_n = GRU(2, 3)(Tensor(np.ones((4, 5, 2))))
+    assert out.shape == (4, 5, 3) and h_n.shape == (1, 5, 3)
+'''
+
+
+def test_after_a_call_abandoned_at_its_time_limit_every_later_call_gets_its_own_answer(tmp_path):
+    """test_a is interrupted while the implementation still computes its forward pass; its
+    reply comes later and must not be taken for test_b's (nor test_b's for test_c's)."""
+    from grader.core.models import WorkerRun
+    from grader.run.runner import WorkerProcess
+    from tests.limits import unbudgeted
+
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_abandoned.py").write_text(ABANDONED)
+    worker = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1,
+                           limits=unbudgeted(test_timeout_s=30.0), hide_source=True)
+    limits = {"test_abandoned.py::test_a_slow": 0.3}
+    try:
+        worker.submit(WorkerRun(variant="reference", source=VARIANTS["reference"].source, time_limits=limits),
+                      timeout_floor=20.0)
+        worker.finish()
+        [run] = worker.collect(1, timeout=120)
+    finally:
+        worker.close()
+    outcomes = {r.test_id.split("::")[1]: (r.outcome.value, r.message) for r in run.results}
+    assert outcomes["test_a_slow"][0] == "timeout", outcomes
+    assert outcomes["test_b_hand_example"] == ("passed", ""), outcomes
+    assert outcomes["test_c_shapes"] == ("passed", ""), outcomes

@@ -185,3 +185,28 @@ def test_the_student_commands_take_the_courses_assignment_limit(repo, tight_root
     assert "stopped here" in capsys.readouterr().err
     [limits] = seen
     assert limits.limits.test_timeout_s == 1.0
+
+
+def test_a_journal_at_the_assignments_most_entries_takes_no_more(repo, tmp_path):
+    root = tmp_path / "course"
+    shutil.copytree(LAYOUT.reference, root / "reference", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "mutants").mkdir()
+    text = LAYOUT.assignment.read_text()
+    assert "max_journal_entries = 100" in text
+    (root / "mutants" / "assignment.toml").write_text(text.replace("max_journal_entries = 100", "max_journal_entries = 2"))
+
+    def run(phase: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "grader.cli", "--root", str(root), "tdd", phase, "--repo", str(repo)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        )
+
+    edit(repo, GRU, *SWAPPED)
+    assert run("red").returncode == 0
+    edit(repo, GRU, SWAPPED[1], SWAPPED[0])
+    assert run("green").returncode == 0
+    before = journal(repo)
+    done = run("red")
+    assert done.returncode == 1
+    assert "already holds 2 entries, the most the assignment allows (max_journal_entries = 2)" in done.stderr, done.stderr
+    assert journal(repo) == before

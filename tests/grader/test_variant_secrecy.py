@@ -161,14 +161,35 @@ def _worker_pid(worker: WorkerProcess) -> int:
     raise AssertionError("the worker's process was not found")
 
 
+def _nesting(pid: int) -> int:
+    """How many pid namespaces deep ``pid`` is (the entries of its NSpid line)."""
+    for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return len(line.split()) - 1
+    return 1
+
+
+def _started(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _runs_processes(worker: int) -> tuple[list[int], list[int]]:
-    """The runs' test processes (the zygote's children) and implementation processes (the
-    worker's other children)."""
-    children = _children()
-    mine = children.get(worker, [])
-    zygote = [pid for pid in mine if children.get(pid)]
-    tests = [pid for z in zygote for pid in children.get(z, [])]
-    return tests, [pid for pid in mine if pid not in zygote]
+    """The runs' test processes and implementation processes: all the worker's children (the
+    zygote clones each test process as the worker's), less the zygote, its first. A test
+    process is born in a pid namespace of its own, an implementation process is not (the
+    zygote's warm-up, a process that exits at once, is left out once it has)."""
+    mine = sorted(_children().get(worker, []), key=_started)[1:]
+    mine = [pid for pid in mine if _alive(pid)]
+    depth = _nesting(worker)
+    tests = [pid for pid in mine if _nesting(pid) > depth]
+    return tests, [pid for pid in mine if pid not in tests]
 
 
 @pytest.mark.parametrize("sandbox", ["auto"])

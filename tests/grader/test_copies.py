@@ -1,0 +1,215 @@
+"""Copies of the course tests: a test's likeness to the closest course test, read statically."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from pathlib import Path
+
+import pytest
+
+from grader.core.assignment import AssignmentError, load_assignment
+from grader.core.copies import (
+    MAX_SUITE_BYTES,
+    CopyCheck,
+    CourseTestsError,
+    Likeness,
+    find_copies,
+    read_tests,
+    similarity,
+)
+from grader.core.paths import default_layout
+
+LAYOUT = default_layout()
+ASSIGNMENT = load_assignment(LAYOUT.assignment)
+PROPERTIES = LAYOUT.course_tests / "test_gru_properties.py"
+HONEST = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+HAND = "test_hand_example_gru_cell"
+
+
+def check(folder: Path, *, given: tuple[str, ...] = ASSIGNMENT.given_tests) -> CopyCheck:
+    return find_copies(folder, course_tests=LAYOUT.course_tests, label="reference/tests",
+                       threshold=ASSIGNMENT.copy_similarity, given=given)
+
+
+def disguise(source: str) -> str:
+    """``source`` as one would hand it in as one's own: every name of its own renamed (tests,
+    helpers, variables, arguments), docstrings and comments gone, formatted anew, its
+    definitions in the reverse order."""
+    tree = ast.parse(source)
+    imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    # The helpers' parameters, which calls may name (`seed=5`); other keywords are the library's.
+    parameters = {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) for a in n.args.args}
+    names: dict[str, str] = {}
+
+    def rename(name: str) -> str:
+        if name in imported or hasattr(builtins, name):
+            return name
+        prefix = "test_mine_" if name.startswith("test") else "my_"
+        return names.setdefault(name, f"{prefix}{len(names)}")
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            node.id = rename(node.id)
+            return node
+
+        def visit_arg(self, node: ast.arg) -> ast.arg:
+            node.arg = rename(node.arg)
+            return node
+
+        def visit_keyword(self, node: ast.keyword) -> ast.keyword:
+            if node.arg in parameters:
+                node.arg = rename(node.arg)
+            self.generic_visit(node)
+            return node
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+            node.name = rename(node.name)
+            if ast.get_docstring(node) is not None:
+                node.body = node.body[1:] or [ast.Pass()]
+            self.generic_visit(node)
+            return node
+
+    Rename().visit(tree)
+    imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    rest = [s for s in tree.body if s not in imports and not isinstance(s, ast.Expr)]
+    tree.body = imports + rest[::-1]
+    return ast.unparse(tree)
+
+
+def suite(tmp_path: Path, files: dict[str, str]) -> Path:
+    folder = tmp_path / "tests"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def course_test_names() -> list[str]:
+    return [t.split("::")[-1] for t in read_tests(LAYOUT.course_tests, limit=None)
+            if t.startswith(PROPERTIES.name)]
+
+
+def test_the_assignment_sets_the_threshold_and_the_given_test():
+    assert ASSIGNMENT.copy_similarity == 0.8
+    assert ASSIGNMENT.given_tests == (HAND,)
+
+
+def test_an_unchanged_copy_of_the_course_tests_is_a_copy_of_each(tmp_path):
+    folder = suite(tmp_path, {"test_gru.py": PROPERTIES.read_text()})
+    found = {like.test: like for like in check(folder).tests}
+    for name in course_test_names():
+        like = found[f"test_gru.py::{name}"]
+        if name == HAND:  # handed out: not compared with itself
+            assert not like.copied and not like.course_test.endswith(f"::{HAND}")
+            continue
+        assert like.similarity == 1.0 and like.copied
+        assert like.course_test == f"reference/tests/test_gru_properties.py::{name}"
+        assert like.reason == (f"copied from the course tests: reference/tests/test_gru_properties.py::{name} "
+                               "(similarity 1.00)")
+
+
+def test_a_copy_renamed_reformatted_and_reordered_reads_as_the_same_test(tmp_path):
+    disguised = disguise(PROPERTIES.read_text())
+    assert "def test_lengths_keep_padding_out" not in disguised and "_random_state_dict" not in disguised
+    folder = suite(tmp_path, {"test_mine.py": disguised})
+    likes = check(folder, given=()).tests
+    assert len(likes) == len(course_test_names())
+    assert all(like.similarity == 1.0 and like.copied for like in likes), likes
+    assert {like.course_test.rsplit("::", 1)[-1] for like in likes} == set(course_test_names())
+
+
+def test_a_copy_of_a_golden_test_with_its_fixtures_in_a_helper_file_is_found(tmp_path):
+    """The course's golden tests take fixtures from its conftest; a copy that moves them (and
+    the helpers) into a file of its own, imported, is the same test."""
+    golden = (LAYOUT.course_tests / "test_gru_golden.py").read_text()
+    conftest = (LAYOUT.course_tests / "conftest.py").read_text()
+    helpers, _, tests = golden.partition("def test_matches_torch_cell")
+    body = "def test_matches_torch_cell" + tests.split("\ndef test_", 1)[0]
+    folder = suite(tmp_path, {
+        "helpers.py": helpers + conftest,
+        "test_cell.py": "from helpers import *\n\n" + body.replace("def test_matches_torch_cell", "def test_it"),
+    })
+    (like,) = check(folder).tests
+    assert like.copied and like.similarity >= 0.9, like
+    assert like.course_test == "reference/tests/test_gru_golden.py::test_matches_torch_cell"
+
+
+def test_a_copy_whose_body_moved_into_a_helper_is_still_a_copy(tmp_path):
+    source = PROPERTIES.read_text()
+    moved = source.replace("def test_update_gate_near_one_keeps_the_state():",
+                           "def test_keeps():\n    check_gate()\n\n\ndef check_gate():")
+    folder = suite(tmp_path, {"test_moved.py": moved})
+    like = next(t for t in check(folder).tests if t.test == "test_moved.py::test_keeps")
+    assert like.copied and like.course_test.endswith("::test_update_gate_near_one_keeps_the_state")
+
+
+def test_the_bundled_students_own_tests_are_no_copies():
+    likes = check(HONEST).tests
+    assert len(likes) == 10
+    assert max(like.similarity for like in likes) < 0.7 < ASSIGNMENT.copy_similarity, likes
+    assert not any(like.copied for like in likes)
+
+
+def test_the_given_hand_example_is_allowed_and_other_course_tests_are_not(tmp_path):
+    """The handed-out first test as the chapter prints it, and the course's own hand example:
+    both allowed as given; without given_tests the course's own is a copy."""
+    handout = (HONEST / "test_gru.py").read_text().split("\ndef test_hand_example_gradient", 1)[0]
+    folder = suite(tmp_path, {"test_handout.py": handout, "test_course.py": PROPERTIES.read_text()})
+    found = {like.test: like for like in check(folder).tests}
+    assert not found[f"test_handout.py::{HAND}"].copied
+    assert not found[f"test_course.py::{HAND}"].copied
+    assert found["test_course.py::test_gradcheck_gru_cell"].copied
+    ungiven = {like.test: like for like in check(folder, given=()).tests}
+    assert ungiven[f"test_course.py::{HAND}"].copied
+
+
+def test_a_given_test_must_be_a_course_test():
+    with pytest.raises(CourseTestsError, match="given_tests: 'test_no_such_thing' names no test") as info:
+        check(HONEST, given=("test_no_such_thing",))
+    assert isinstance(info.value, AssignmentError)
+    assert not check(HONEST, given=(f"test_gru_properties.py::{HAND}",)).tests[0].copied
+
+
+def test_tests_in_classes_and_parametrized_ids_are_found(tmp_path):
+    source = PROPERTIES.read_text().replace(
+        "def test_dropout_between_layers_only():",
+        "class TestGru:\n    def test_dropout(self):\n        dropout_body()\n\n\ndef dropout_body():",
+    )
+    folder = suite(tmp_path, {"test_cls.py": source})
+    found = check(folder)
+    like = found.likeness("test_cls.py::TestGru::test_dropout[case-1]")
+    assert like is not None and like.copied and like.course_test.endswith("::test_dropout_between_layers_only")
+    assert found.not_run("test_cls.py::TestGru::test_dropout") == "not run: copied from the course tests"
+    assert found.likeness("test_other.py::test_x") is None and found.not_run("test_other.py::test_x") is None
+
+
+def test_the_similarity_ignores_names_strings_and_formatting_not_numbers(tmp_path):
+    texts = {
+        "one": "import numpy as np\n\ndef test_a():\n    x = np.ones(3)  # ones\n    assert x.sum() == 3, 'three'\n",
+        "two": 'import numpy\n\ndef test_b():\n    """Doc."""\n    y   = numpy.ones( 3 )\n    assert y.sum() == 3.0\n',
+        "three": "import numpy as np\n\ndef test_a():\n    x = np.ones(4)\n    assert x.sum() == 4\n",
+    }
+    read = {}
+    for name, text in texts.items():
+        (read[name],) = read_tests(suite(tmp_path / name, {"test_x.py": text})).values()
+    assert read["one"] == read["two"]
+    assert similarity(read["one"], read["two"]) == 1.0
+    assert similarity(read["one"], read["three"]) < 1.0
+
+
+def test_a_suite_too_large_to_read_whole_is_compared_as_far_as_it_was_read(tmp_path):
+    filler = "def test_filler_{n}():\n    assert [{n}] * 3 == [{n}, {n}, {n}]\n\n"
+    one_file = "".join(filler.format(n=n) for n in range(200 * 1024 // len(filler)))
+    files = {f"test_filler_{k}.py": one_file for k in range(MAX_SUITE_BYTES // len(one_file) + 1)}
+    folder = suite(tmp_path, {**files, "test_copy.py": PROPERTIES.read_text()})
+    found = check(folder)
+    assert any(like.copied for like in found.tests)  # the smaller files are read first
+    read = {like.test.split("::")[0] for like in found.tests}
+    assert "test_copy.py" in read and not set(files) <= read
+
+
+def test_a_likeness_is_data():
+    like = Likeness(test="test_a.py::test_b", similarity=0.9, course_test="reference/tests/x.py::test_y", copied=True)
+    assert CopyCheck.model_validate_json(CopyCheck(threshold=0.8, tests=[like]).model_dump_json()).tests == [like]
