@@ -209,8 +209,10 @@ def start_worker(
         tests_dir: the submission's test files (copied; the worker reads the copy), or None
             for a worker that grades one submission after another: each is copied in by
             :meth:`SandboxedWorker.stage` (under bubblewrap they appear under ``/grading``).
-        package_dir: the ``tinyllm`` package under test (visible read-only).
-        readonly: other folders the tests may read (the shipped fixtures), visible read-only.
+        package_dir: the reference's ``tinyllm`` package, the framework every run's tests use
+            (visible read-only).
+        readonly: other folders the runs may read (the shipped fixtures; a student's own
+            package, for the runs' implementation processes), visible read-only.
         env: the worker's environment (the sandbox adds TMPDIR and HOME).
         limits: the sandbox's limits.
         hidden: files under ``package_dir`` the worker must not read (the reference's

@@ -406,8 +406,10 @@ def test_a_child_claiming_done_early_leaves_its_unreported_tests_missing(tmp_pat
     ran into a pass: the worker counts a collected test without a result as missing."""
     suite = HEADER + '''
 def test_claims_done(request):
+    from grader.core.protocol import RunEvent
+
     reporter = next(p for p in request.config.pluginmanager.get_plugins() if type(p).__name__ == "Reporter")
-    reporter.send(done=True)
+    reporter.send(RunEvent("done"))
     os._exit(0)
 
 def test_never_ran():
