@@ -10,6 +10,7 @@ tests); build the variants; run the suite against all of them in the sandboxed w
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
@@ -149,10 +150,14 @@ def _grade(
                            variants=variants, assignment=assignment, audience=audience, policy=summary,
                            journal=journal, timing=Timing(total_s=round(time.monotonic() - started + earlier, 3),
                                                           journal_s=journal_s))
-    # Copies of the course tests count for nothing: found statically, like the policy's findings.
-    copies = find_copies(tests_dir, course_tests=layout.course_tests,
-                         label=layout.course_tests.relative_to(layout.root).as_posix(),
-                         threshold=assignment.copy_similarity, given=assignment.given_tests)
+    # Copies of the course tests count for nothing: found statically, like the policy's findings,
+    # while the reference runs (the first time a copy matters is when the wheats and mutants are
+    # sent: only then does the schedule wait for it).
+    finding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="copies")
+    copied = finding.submit(find_copies, tests_dir, course_tests=layout.course_tests,
+                            label=layout.course_tests.relative_to(layout.root).as_posix(),
+                            threshold=assignment.copy_similarity, given=assignment.given_tests)
+    finding.shutdown(wait=False)
     spent = budget.exhausted()
     if spent is not None:
         # Graded, and not passed: the journal did not verify (its problems say where the
@@ -165,7 +170,9 @@ def _grade(
                           ).model_copy(update={"refused": ""})
     matrix = run_matrix(layout=layout, tests_dir=tests_dir, variants=variants,
                         limits=replace(limits, limits=budget.remaining(limits.limits)),
-                        full_matrix=full_matrix, launched=launched, pool=pool, not_counted=copies.not_run)
+                        full_matrix=full_matrix, launched=launched, pool=pool,
+                        not_counted=lambda test_id: copied.result().not_run(test_id))
+    copies = copied.result()
     if matrix.budget_stop is not None:
         # The report names the grading's budget as the assignment sets it, not what the
         # journal's replay had left of it.

@@ -178,41 +178,64 @@ def _grade(world: World, *, full_matrix: bool = False, chance: int = 0, limits: 
 
 
 def _first_runs(world: World) -> list[Sent]:
-    return [s for s in world.log if s.run.variant != "reference" and s.run.purpose is FIRST]
+    """The wheats' and mutants' first runs sent once the first reference run was in (not a
+    wheat sent first on its worker, which reports every test, as the reference's runs do)."""
+    return [s for s in world.log if s.run.variant != "reference" and s.run.purpose is FIRST and s.run.select is not None]
 
 
 CHANCES = pytest.mark.parametrize("chance", range(4))
 
 
 @CHANCES
-def test_the_reference_runs_first_under_both_hash_seeds(chance: int) -> None:
+def test_the_reference_runs_under_both_hash_seeds_before_the_rest(chance: int) -> None:
     world = World(outcomes={"m1": {"t::a": F}, "m2": {"t::b": F}})
     matrix, _ = _grade(world, chance=chance)
-    first_two = world.log[:2]
-    assert {(s.run.variant, s.run.purpose, s.seed) for s in first_two} == {
-        ("reference", FIRST, 1), ("reference", Purpose.SECOND_SEED, 2)}
-    assert all(s.run.select is None and not s.run.stop_at_first_kill for s in first_two)
-    assert world.sent_before_answer == 2  # nothing else before the first reference run is in
+    references = [s for s in world.log if s.run.variant == "reference" and s.run.purpose is not Purpose.RECHECK]
+    assert {(s.run.purpose, s.seed) for s in references} == {(FIRST, 1), (Purpose.SECOND_SEED, 2)}
+    assert all(s.run.select is None and not s.run.stop_at_first_kill for s in references)
+    early = world.log[:world.sent_before_answer]
+    assert len(early) == 2 and early[0].run.variant == "reference"  # nothing else before the first answer
     assert (matrix.first["reference"].hash_seed, matrix.second["reference"].hash_seed) == (1, 2)
-    # Every wheat and mutant ran once, after the reference; each kill once more.
-    assert sorted(s.run.variant for s in _first_runs(world)) == ["m1", "m2", "m3", "w1", "w2"]
+    # Every wheat and mutant ran once; each kill once more.
+    firsts = [s for s in world.log if s.run.variant != "reference" and s.run.purpose is FIRST]
+    assert sorted(s.run.variant for s in firsts) == ["m1", "m2", "m3", "w1", "w2"]
     assert sorted(s.run.variant for s in world.log if s.run.purpose is CONFIRMING) == ["m1", "m2"]
     assert matrix.runs == len(world.answered) == len(world.log)
 
 
+def test_no_kind_of_variant_always_comes_first_on_a_worker() -> None:
+    """Which worker runs the reference first, and whether the other begins with a wheat (every
+    test reported, as the reference's runs report them), is chance's: the first run of each
+    worker is sometimes the reference and sometimes a wheat, on both workers alike."""
+    first_on: dict[int, set[str]] = {1: set(), 2: set()}
+    for chance in range(24):
+        world = World(outcomes={"m1": {"t::a": F}})
+        matrix, _ = _grade(world, chance=chance)
+        for seed in (1, 2):
+            first = next(s for s in world.log if s.seed == seed)
+            first_on[seed].add("reference" if first.run.variant == "reference" else "wheat")
+            assert first.run.select is None
+        report = score_suite(submission="s", matrix=matrix, variants=VARIANTS,
+                             assignment=load_assignment(default_layout().assignment))
+        assert [t.id for t in report.tests if t.valid] == TESTS and report.score.killed == 1
+    assert first_on == {1: {"reference", "wheat"}, 2: {"reference", "wheat"}}
+
+
 @CHANCES
 def test_only_tests_that_passed_the_first_reference_run_are_sent(chance: int) -> None:
-    # FIFO: the second-seed worker's reference run is in first (it is sent first).
+    # FIFO: the reference run sent first is in first; under the second seed it fails t::d too.
     world = World(outcomes={"reference": {"t::b": F}, "reference@2": {"t::b": F, "t::d": F}},
                   durations={"t::a": 0.01, "t::c": 0.5, "t::d": 3.0})
     matrix, _ = _grade(world, chance=chance)
     bounds = _limits().limits
+    first_in = world.log[0].seed
+    expected = {"t::a": bounds.timeout_floor_s,  # 10 x 0.01 s is below the floor
+                "t::c": pytest.approx(bounds.timeout_factor * 0.5)}
+    if first_in == 1:
+        expected["t::d"] = bounds.test_timeout_s  # 10 x 3 s, capped
     for sent in _first_runs(world):
-        assert sent.run.select == ["t::a", "t::c"]
-        assert sent.run.time_limits == {
-            "t::a": bounds.timeout_floor_s,  # 10 x 0.01 s is below the floor
-            "t::c": pytest.approx(bounds.timeout_factor * 0.5),
-        }
+        assert sent.run.select == list(expected)
+        assert sent.run.time_limits == expected
     # The test the first reference run failed is not run anywhere, and says why.
     assert all(matrix.outcome("t::b", v.id) is Outcome.NOT_RUN for v in VARIANTS[1:])
     reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::b")
