@@ -254,7 +254,7 @@ class _MatrixRun:
         wheats = [v for v in self.variants.values() if v.kind is VariantKind.WHEAT]
         mutants = [v for v in self.variants.values() if v.kind is VariantKind.MUTANT]
         self.budget.start()
-        early = self._start(reference, wheats)
+        self._start(reference)
         references: dict[int, SuiteRun] = {}  # by hash seed
         waiting_wheats: set[str] | None = None  # None: not sent yet
         while self.in_flight or (self.pending and self.stop is None):
@@ -272,13 +272,7 @@ class _MatrixRun:
                     # The first reference run in: the wheats and the mutants need not wait for
                     # the other, and count the tests that passed it (one failing under the
                     # other hash seed is flaky, and counts for nothing either way).
-                    waiting_wheats = self._send_the_rest(run, [w for w in wheats if w is not early], mutants)
-                    if early is not None and early.id not in self.first:
-                        waiting_wheats.add(early.id)
-            elif early is not None and run.variant == early.id and early.id not in self.first:
-                self.first[early.id] = run  # the wheat that went first on its worker
-                if waiting_wheats is not None:
-                    waiting_wheats.discard(early.id)
+                    waiting_wheats = self._send_the_rest(run, wheats, mutants)
             elif waiting_wheats is not None and run.variant in waiting_wheats:
                 waiting_wheats.discard(run.variant)
                 self.first[run.variant] = run
@@ -292,24 +286,13 @@ class _MatrixRun:
         self.release()
         return self._matrix(wheats, mutants)
 
-    def _start(self, reference: Variant, wheats: list[Variant]) -> Variant | None:
-        """The first runs: the reference under both hash seeds, one run in each worker, the
-        worker whose run decides what is sent next chosen at random; and, one time in two, a
-        wheat first on the other worker (all its tests reported, as the reference's are) and
-        the reference after it there. So no kind of variant always comes first on a worker.
-        Returns that wheat, if any."""
+    def _start(self, reference: Variant) -> None:
+        """The first runs: the reference under both hash seeds, one run in each worker, sent in
+        a random order (which worker's run decides what is sent next is chance's)."""
         pairs = [(self.seed_one, Purpose.FIRST), (self.seed_two, Purpose.SECOND_SEED)]
         self.chance.shuffle(pairs)
-        (gate, gate_purpose), (other, other_purpose) = pairs
-        self._send_to(gate, WorkerRun(variant=reference.id, source=reference.source, purpose=gate_purpose))
-        early = self.chance.choice(wheats) if wheats and self.chance.random() < 0.5 else None
-        again = WorkerRun(variant=reference.id, source=reference.source, purpose=other_purpose, seed=other.hash_seed)
-        if early is None:
-            self._send_to(other, again)
-        else:
-            self._send_to(other, WorkerRun(variant=early.id, source=early.source))
-            self._send(again)  # on that worker, once a slot is free
-        return early
+        for worker, purpose in pairs:
+            self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source, purpose=purpose))
 
     def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> set[str]:
         """Send every wheat and mutant at once, in a random order, counting the tests that

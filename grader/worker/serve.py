@@ -37,9 +37,6 @@ import socket
 import sys
 import tempfile
 import time
-from importlib.machinery import PathFinder, SourceFileLoader
-from importlib.util import spec_from_file_location
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +46,7 @@ from grader.sandbox.harden import ChildHardening, harden_worker
 from grader.core.protocol import FrameError, JobSettings, RunHeader, RunResult, WorkerSandbox, read_exact, read_frame
 from grader.worker.boundary import Connection
 from grader.worker.child import TestSession
+from grader.worker.setup import SERVED_FROM, import_common, next_job, prepare_job, use_package
 from grader.worker.watch import Run
 from grader.worker.zygote import Zygote, private_view
 
@@ -57,119 +55,6 @@ __all__ = ["NICENESS", "main", "serve"]
 NICENESS = 10  # at least this nice: grading yields the CPU to the service it runs beside
 _SOURCE_WAIT = 30.0  # seconds a new implementation process may take to read its source from stdin
 _FORK_RETRY = 2.0  # seconds to wait for the process limit to free a slot for the next process
-
-
-class _OnlyUnder:
-    """Finds ``tinyllm`` and its modules in the package under test or nowhere: the copy
-    installed with the project never fills a gap in a student's package."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name.partition(".")[0] != "tinyllm":
-            return None
-        spec = PathFinder.find_spec(name, [self.folder] if path is None else path)
-        if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return spec
-
-
-class _TestHelpers:
-    """Finds the helper modules beside the tests (``import helpers``), after every other finder
-    (nothing of a submission shadows a module of the standard library, numpy or pytest), and
-    only as source files: a compiled module or an extension in a submission is never imported."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if path is not None or not name.isidentifier():
-            return None  # a submodule is found by its package's own path, as source too
-        for candidate, package in ((Path(self.folder) / name / "__init__.py", True), (Path(self.folder) / f"{name}.py", False)):
-            if candidate.is_file():
-                loader = SourceFileLoader(name, str(candidate))
-                locations = [str(candidate.parent)] if package else None
-                return spec_from_file_location(name, candidate, loader=loader, submodule_search_locations=locations)
-        return None
-
-
-def _import_common() -> None:
-    """What every run needs, whatever the job: imported by a worker as soon as it starts, while
-    the grader is still getting the job ready (pytest's own plugins and numpy's lazily loaded
-    parts among it: once here, not in every child)."""
-    import _pytest.config  # noqa: F401
-    import _pytest.main  # noqa: F401
-    import _pytest.python  # noqa: F401
-    import numpy  # noqa: F401
-    import numpy.random  # noqa: F401
-
-
-def _import_named(job: JobSettings) -> None:
-    """numpy.testing (about 12 ms), imported ahead where a test file names it: once here
-    rather than in every child; a suite that never names it does not pay for it."""
-    for path in Path(job.tests).rglob("*.py"):
-        try:
-            if b"testing" in path.read_bytes():
-                import numpy.testing  # noqa: F401
-
-                return
-        except OSError:
-            continue
-
-
-def _prepare(job: JobSettings) -> TestSession:
-    """Import once, before forking, what every run needs (runs start warm), and configure
-    pytest. The framework is imported here only when it is ours (``isolate``: the reference's,
-    every run's test process holds it with the stand-in): a student's package
-    (``job.implementation``) is never imported by the worker, only by each run's
-    implementation process."""
-    sys.path.insert(0, job.reference)
-    sys.meta_path.insert(0, _OnlyUnder(job.reference))
-    _import_common()
-    _import_named(job)
-    if job.isolate:
-        for name in ("tinyllm.autograd.functional", "tinyllm.nn", "tinyllm.random", "tinyllm.rnn",
-                     "grader.worker.standin", "grader.worker.impl"):
-            importlib.import_module(name)
-    sys.meta_path.append(_TestHelpers(job.tests))
-    return TestSession(job.tests, job.conftests, seed=job.hash_seed)
-
-
-def _next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestSession:
-    """Set up for the next submission, in a worker that grades one after another: nothing of
-    the last one stays (its temporary files, its pytest configuration, its helpers' finder)."""
-    session.close()
-    if old.private_tmp:
-        _empty(tempfile.gettempdir())
-    for finder in [f for f in sys.meta_path if isinstance(f, _TestHelpers)]:
-        sys.meta_path.remove(finder)
-    sys.meta_path.append(_TestHelpers(job.tests))
-    _import_named(job)
-    return TestSession(job.tests, job.conftests, seed=job.hash_seed)
-
-
-def _empty(folder: str) -> None:
-    """Remove everything in ``folder``, whatever its permissions (it is all this uid's)."""
-    for entry in os.scandir(folder):
-        path = entry.path
-        if entry.is_dir(follow_symlinks=False):
-            try:
-                os.chmod(path, 0o700)  # a folder closed to its own owner is opened first
-            except OSError:
-                pass
-            for root, dirs, _ in os.walk(path):
-                for name in dirs:
-                    try:
-                        os.chmod(os.path.join(root, name), 0o700)
-                    except OSError:
-                        pass
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 class _Reap:
@@ -482,9 +367,9 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
         os._exit(0)
     try:
         if job.implementation is not None:
-            _use_package(job.reference, job.implementation)
+            use_package(job.reference, job.implementation)
         module = install_variant(source.decode("utf-8", errors="replace"), code)
-        for name in _SERVED_FROM:  # a package without one fails here, in a word, not at each request
+        for name in SERVED_FROM:  # a package without one fails here, in a word, not at each request
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, sent as data
         connection.send(error_message(exc))
@@ -493,23 +378,6 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     connection.send({"ok": True})
     serve_implementation(connection, module)
     os._exit(0)
-
-
-# The framework's modules an implementation process serves with (grader.worker.impl builds
-# the answers with their Tensor, Parameter, Module, PCG32 and concatenate).
-_SERVED_FROM = ("tinyllm.autograd.tensor", "tinyllm.autograd.functional", "tinyllm.nn.module", "tinyllm.random")
-
-
-def _use_package(reference: str, folder: str) -> None:
-    """Make ``folder``'s ``tinyllm`` the only one this process imports from now on: every
-    ``tinyllm`` module the worker imported (the course's framework, which the test processes
-    keep) is forgotten, and the finder looks in ``folder`` alone. A student's gru.py then runs
-    on their own Tensor, Module and PCG32, here, and nowhere near the tests that judge it."""
-    for name in [n for n in sys.modules if n == "tinyllm" or n.startswith("tinyllm.")]:
-        del sys.modules[name]
-    sys.meta_path[:] = [_OnlyUnder(folder) if isinstance(f, _OnlyUnder) else f for f in sys.meta_path]
-    sys.path[:] = [folder if entry == reference else entry for entry in sys.path]
-    importlib.invalidate_caches()
 
 
 def _skip(fd: int, size: int) -> None:
@@ -552,7 +420,7 @@ def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *
     last job's runs have all ended, sets the worker up for the next submission, with a zygote
     forked afresh from here, where nothing of the last job's runs is held."""
     hardening = hardening or ChildHardening(settings=WorkerSandbox(), run_timeout=job.run_timeout)
-    session: TestSession | None = _prepare(job)
+    session: TestSession | None = prepare_job(job)
     after_job = False
     while job is not None:
         job, session = _one_job(job, session, out, hardening, stdin, after_job=after_job)
@@ -566,7 +434,7 @@ def _one_job(job: JobSettings, session: TestSession, out: Any, hardening: ChildH
     following = _Worker(job, session, out, hardening, stdin, after_job=after_job).loop()
     if following is None:
         return None, None
-    return following, _next_job(session, job, following)
+    return following, next_job(session, job, following)
 
 
 def main() -> None:
@@ -576,7 +444,7 @@ def main() -> None:
     os.nice(max(0, NICENESS - os.nice(0)))
     # Import what every run needs before the job arrives: a worker started ahead of its job
     # (grader.run.runner.WorkerProcess) is then ready the moment the job comes.
-    _import_common()
+    import_common()
     try:
         message = read_frame(0)
         if message is None or "job" not in message:

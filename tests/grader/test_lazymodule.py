@@ -107,8 +107,8 @@ def test_a_worker_starts_with_it_unimported():
     bootstrap = _WORKER_BOOTSTRAP.replace("main()\n", "")
     assert bootstrap != _WORKER_BOOTSTRAP
     probe = bootstrap + textwrap.dedent("""
-        from grader.worker.serve import _import_common
-        _import_common()
+        from grader.worker.setup import import_common
+        import_common()
         from grader.core.lazymodule import deferred
         print(deferred("importlib.metadata"), "email" in sys.modules)
         """)

@@ -14,9 +14,9 @@ import logging
 
 # (module, attribute path within it, where the worker uses it); None: the module itself.
 PRIVATE = [
-    ("_pytest.config", None, "serve._import_common"),
-    ("_pytest.main", None, "serve._import_common"),
-    ("_pytest.python", None, "serve._import_common"),
+    ("_pytest.config", None, "setup.import_common"),
+    ("_pytest.main", None, "setup.import_common"),
+    ("_pytest.python", None, "setup.import_common"),
     ("_pytest.config", "_prepareconfig", "child.TestSession"),
     ("_pytest.config", "Config._do_configure", "child.TestSession"),
     ("_pytest.config", "Config._ensure_unconfigure", "child.TestSession.close"),
