@@ -4,7 +4,7 @@ Each part is measured on its own, in this one run:
 
 * the command's start-up: importing the command line, then the grading path (``-X importtime``);
 * a worker's start-up: its imports, then pytest's configuration and the one-time assert
-  rewriting (cProfile of :func:`grader.worker.serve._prepare`, the top entries printed);
+  rewriting (cProfile of :func:`grader.worker.setup.prepare_job`, the top entries printed);
 * each child's phases in a real grading (lock-down and installing the variant, collecting the
   test files, running them, and of that the tests' own time), from the runs' own reports;
 * what a fork costs: a worker set up as for a grading forks children, empty ones and ones that
@@ -38,6 +38,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from grader.core.assignment import load_assignment  # noqa: E402
 from grader.flows.grading import grade_suite  # noqa: E402
 from grader.core.paths import default_layout  # noqa: E402
+from grader.core.models import Purpose  # noqa: E402
 from grader.report import RENDERERS, render  # noqa: E402
 from grader.run.scheduler import run_matrix  # noqa: E402
 from grader.core.variants import build_variants  # noqa: E402
@@ -90,7 +91,7 @@ def worker_setup_profile() -> tuple[float, str]:
         "from grader.core.protocol import JobSettings\n"
         f"job = JobSettings.from_message(json.loads({job.to_frame()[4:].decode()!r}))\n"
         "profile = cProfile.Profile(); started = time.perf_counter(); profile.enable()\n"
-        "import grader.worker.serve as w; w._prepare(job)\n"
+        "import grader.worker.setup as w; w.prepare_job(job)\n"
         "profile.disable(); took = time.perf_counter() - started\n"
         "out = io.StringIO(); pstats.Stats(profile, stream=out).sort_stats('cumulative').print_stats(12)\n"
         "print(took); print(out.getvalue())\n"
@@ -113,12 +114,12 @@ import gc, json, os, resource, statistics, sys, time
 from grader.run.codecache import variant_code
 from grader.core.paths import default_layout
 from grader.core.protocol import JobSettings
-import grader.worker.serve as worker
+import grader.worker.setup as worker
 from grader.worker.child import install_variant
 
 layout = default_layout()
 job = JobSettings.from_message(json.loads(sys.argv[3]))
-session = worker._prepare(job)
+session = worker.prepare_job(job)
 source = layout.gru_source.read_text()
 code = variant_code(source) or b""
 gc.freeze()
@@ -242,7 +243,7 @@ def main() -> None:
     print(f"a worker's imports (pytest, numpy, worker)    "
           f"{import_ms('import _pytest.config, _pytest.main, _pytest.python, numpy, grader.worker'):7.1f} ms")
     took, table = worker_setup_profile()
-    print(f"a worker's set-up (_prepare: imports, pytest configured, asserts rewritten)  {took * 1000:7.1f} ms")
+    print(f"a worker's set-up (prepare_job: imports, pytest configured, asserts rewritten)  {took * 1000:7.1f} ms")
     print("  cProfile, top entries by cumulative time:")
     print("\n".join("    " + line for line in table.strip().splitlines()[:24]))
 
@@ -255,7 +256,7 @@ def main() -> None:
     phases = {name: [r.phases.get(name, 0.0) * 1000 for r in ran] for name in ("setup", "collect", "run")}
     tests = [sum(t.duration for t in r.results) * 1000 for r in ran]
     print(f"run_matrix on the bundled suite: {wall * 1000:.0f} ms wall, {matrix.runs} suite runs "
-          f"({sum(1 for r in runs if r.attempt == 2)} confirmations), {matrix.cpu_s * 1000:.0f} ms CPU")
+          f"({sum(1 for r in runs if r.purpose is Purpose.CONFIRMING)} confirmations), {matrix.cpu_s * 1000:.0f} ms CPU")
     for name, values in phases.items():
         print(f"  per child, {name:<8} median {statistics.median(values):6.1f} ms   total {sum(values):7.1f} ms")
     print(f"  per child, of run: the tests themselves  median {statistics.median(tests):6.1f} ms   "
