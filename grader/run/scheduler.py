@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import queue
 import random
-import time
 from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,7 +30,7 @@ from grader.run.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
 from grader.core.matrix import BudgetStop, Matrix
 from grader.core.models import Budget, Outcome, Purpose, SuiteRun, TestOutcome, WorkerRun
 from grader.core.paths import Layout
-from grader.run.runner import RunLimits, WorkerLost, WorkerProcess, WorkerResult, close_all, silence_limit
+from grader.run.runner import GradingBudget, RunLimits, WorkerLost, WorkerProcess, WorkerResult, close_all, silence_limit
 from grader.sandbox.base import SandboxMode
 from grader.core.variants import Variant, VariantKind
 
@@ -90,39 +89,18 @@ def _merge(earlier: SuiteRun, later: SuiteRun) -> SuiteRun:
     })
 
 
-class _Budget:
-    """CPU seconds spent by every run so far, against the grading's CPU budget; the time since
-    the first run was sent, against its wall-clock budget."""
-
-    def __init__(self, budget: float | None, wall: float | None = None) -> None:
-        self.budget = budget
-        self.wall = wall
-        self.spent = 0.0
-        self.deadline: float | None = None
-
-    def start(self) -> None:
-        """The first run is sent: the wall clock starts."""
-        if self.wall is not None:
-            self.deadline = time.monotonic() + self.wall
-
-    def left(self) -> float | None:
-        return None if self.budget is None else max(0.0, self.budget - self.spent)
-
-    def wall_left(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-
-    def charge(self, run: SuiteRun) -> BudgetStop | None:
-        self.spent += run.cpu_s
-        if run.budget_exceeded:
-            kind = run.budget or Budget.CPU
-            budget = self.wall if kind is Budget.WALL else self.budget
-            return BudgetStop(budget or 0.0, run.budget_exceeded, run.variant, kind)
-        if self.budget is None:
-            return None
-        if self.spent > self.budget:
-            slowest = max(run.results, key=lambda r: r.duration, default=None)
-            return BudgetStop(self.budget, slowest.test_id if slowest else "(collecting the tests)", run.variant)
-        return None
+def _charge(budget: GradingBudget, run: SuiteRun) -> BudgetStop | None:
+    """Count ``run``'s CPU time against the grading's budget; where it stopped, or spent past,
+    a budget, the stop to report (the test it was in, the variant, which budget)."""
+    budget.spent += run.cpu_s
+    if run.budget_exceeded:
+        kind = run.budget or Budget.CPU
+        whole = budget.wall if kind is Budget.WALL else budget.cpu
+        return BudgetStop(whole or 0.0, run.budget_exceeded, run.variant, kind)
+    if budget.cpu is not None and budget.spent > budget.cpu:
+        slowest = max(run.results, key=lambda r: r.duration, default=None)
+        return BudgetStop(budget.cpu, slowest.test_id if slowest else "(collecting the tests)", run.variant)
+    return None
 
 
 class _MatrixRun:
@@ -139,7 +117,7 @@ class _MatrixRun:
         self.owns = pooled is None  # a pool's workers outlive this grading, unless it goes wrong
         self.launched = launched  # started by the caller, who also closes them
         self.results: queue.Queue[WorkerResult] = pooled[0].results if pooled else queue.Queue()
-        self.budget = _Budget(limits.limits.budget_cpu_s, limits.limits.budget_wall_s)
+        self.budget = GradingBudget(limits.limits)
         self.first: dict[str, SuiteRun] = {}
         self.second: dict[str, SuiteRun] = {}
         self.stop: BudgetStop | None = None
@@ -196,7 +174,7 @@ class _MatrixRun:
             self.close()
 
     def _send_to(self, worker: WorkerProcess, run: WorkerRun) -> None:
-        worker.submit(run, cpu_budget=self.budget.left(), wall_budget=self.budget.wall_left())
+        worker.submit(run, cpu_budget=self.budget.cpu_left(), wall_budget=self.budget.wall_left())
         self.in_flight += 1
         self.busy[worker] = self.busy.get(worker, 0) + 1
 
@@ -243,7 +221,7 @@ class _MatrixRun:
                 # tests' doing (every test brittle on a wheat, a mutant left alive): judge nothing.
                 raise WorkerLost(f"a grading worker was lost, nothing of this grading is judged: {item.run.crashed}")
             self.ready.add(item.worker)
-            stop = self.budget.charge(item.run)
+            stop = _charge(self.budget, item.run)
             if stop is not None and self.stop is None:
                 self.stop = stop
                 self.close()
