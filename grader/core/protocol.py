@@ -68,6 +68,7 @@ class Budget(StrEnum):
 
     CPU = "cpu"  # CPU seconds of every run together
     WALL = "wall"  # wall-clock seconds of the grading
+    RUNS = "runs"  # suite runs of the grading (grader.run.scheduler.max_runs)
 
 
 class FrameError(ValueError):
@@ -252,7 +253,8 @@ EVENT_KINDS = ("collected", "collect_error", "begin", "end", "result", "stopped"
 class RunEvent:
     """One event of a run, as its test process reports it: ``kind`` (one of
     :data:`EVENT_KINDS`) and what goes with it (``tests`` for collected; ``test`` for begin and
-    end; ``result`` for result; ``text`` for collect_error; ``phases`` for phases)."""
+    end; ``result`` for result; ``text`` for collect_error, with ``test`` the collector that
+    failed ("" for the session); ``phases`` for phases)."""
 
     kind: str
     test: str = ""
@@ -269,6 +271,7 @@ class RunEvent:
             body["test"] = self.test
         elif self.kind == "collect_error":
             body["text"] = self.text
+            body["test"] = self.test
         elif self.kind == "result" and self.result is not None:
             body["result"] = asdict(self.result)
         elif self.kind == "phases":
@@ -291,7 +294,7 @@ class RunEvent:
         if kind in ("begin", "end"):
             return cls(kind, test=str(body.get("test", "")))
         if kind == "collect_error":
-            return cls(kind, text=str(body.get("text", "")))
+            return cls(kind, text=str(body.get("text", "")), test=str(body.get("test", "")))
         if kind == "result":  # a malformed one is kept as such (result None), for the worker to note
             return cls(kind, result=_test_result(body.get("result")))
         if kind == "phases":

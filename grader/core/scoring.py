@@ -203,13 +203,14 @@ def score_suite(
     for variant in variants:
         if variant.id in unseen:
             continue
+        said: set[str] = set()  # a confirming run meets the first run's errors again: once each
         for run in (matrix.first.get(variant.id), matrix.second.get(variant.id)):
             if run is None:
                 continue
-            errors = [run.crashed] if run.crashed else []
+            errors = [e for e in [run.crashed, *run.collection_errors] if e and e not in said]
+            said.update(errors)
             (withheld if variant.id in secret else found).extend(
-                Mention.of(["", f": {cap_text(error, room)}"], [names[variant.id]])
-                for error in [*errors, *run.collection_errors]
+                Mention.of(["", f": {cap_text(error, room)}"], [names[variant.id]]) for error in errors
             )
     problems, problems_omitted = first(found, MAX_LISTED)
     problems += _staff_only(withheld)
@@ -281,8 +282,9 @@ def score_suite(
     if matrix.budget_stop is not None:
         stop = matrix.budget_stop
         test = shown.get(stop.test) or cap_text(stop.test, MAX_ID_CHARS)
-        what = (f"grading wall-clock budget of {stop.budget:g} s ran out" if stop.kind is Budget.WALL
-                else f"grading budget of {stop.budget:g} CPU s exceeded")
+        what = {Budget.WALL: f"grading wall-clock budget of {stop.budget:g} s ran out",
+                Budget.RUNS: f"grading's cap of {stop.budget:g} suite runs reached"}.get(
+                    stop.kind, f"grading budget of {stop.budget:g} CPU s exceeded")
         then = ": grading stopped there, and cells not run count as not killed"
         if stop.variant:
             reasons.append(Mention.of([f"{what} in test {test} on variant ", then],

@@ -8,9 +8,12 @@ root, or a student repository with the tests under ``python/tests/l3-3-gru/``; a
 and counts in the verdict. One submission that cannot be graded (a bad archive, or one that
 breaks the grader) is a row with its problem; it never stops the batch.
 
-The warm :class:`~grader.run.scheduler.WorkerPool` grades one submission while the next ones are
-prepared in threads beside it (unpacked, journal replayed in workers of their own), so the
-pool waits for a replay only when replays are slower than gradings.
+Several submissions are graded at once, each grading on a warm
+:class:`~grader.run.scheduler.WorkerPool` of its own (no two students' tests ever share a
+worker), as many as :class:`~grader.run.admission.Admission` lets in: one per core, more while
+the cores sit idle (a suite that sleeps holds no core), within the machine's memory. The next
+submissions are prepared in threads beside them (unpacked, journal replayed in workers of
+their own), so the gradings wait for a replay only when replays are slower than gradings.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -33,6 +37,7 @@ from grader.core.caps import cap_text
 from grader.flows.grading import grade_suite
 from grader.core.journal import NO_JOURNAL, JournalFormatError
 from grader.flows.replay import verify_journal
+from grader.run.admission import Admission, machine_capacity
 from grader.run.scheduler import WorkerPool
 from grader.core.models import Audience, JournalSummary, Report
 from grader.core.paths import Layout
@@ -267,8 +272,9 @@ def grade_batch(
     reports: Path | None = None,
     ahead: int = 2,
     archive_limits: ArchiveLimits = ArchiveLimits(),
+    admission: Admission | None = None,
 ) -> list[BatchRow]:
-    """Grade every student of ``submissions`` (see :func:`find_submissions`), in name order.
+    """Grade every student of ``submissions`` (see :func:`find_submissions`).
 
     Args:
         submissions: one folder or archive per student, named after the student.
@@ -276,16 +282,19 @@ def grade_batch(
         assignment: threshold, validity rules, journal, limits.
         policy: run the static policy check.
         audience: whose view the reports take (staff by default).
-        on_done: called with each row as soon as it is graded (a progress bar).
+        on_done: called with each row as soon as it is graded (a progress bar), from one
+            thread at a time.
         sandbox: the sandbox mode of every grading and replay (see :func:`grader.flows.grading.grade_suite`).
         reports: write each student's JSON report here (``<student>.json``), a submission that
             could not be graded included (its error).
-        ahead: submissions prepared (unpacked, journal replayed) while one is graded; 0 one
-            after the other.
+        ahead: submissions prepared (unpacked, journal replayed) beyond those being graded; 0
+            one after the other.
         archive_limits: the archives' limits (by default the service's).
+        admission: how many gradings run at once (default: this machine's cores, memory and
+            sandbox users, see :mod:`grader.run.admission`).
 
     Returns:
-        One row per student.
+        One row per student, in name order.
 
     Raises:
         SandboxUnavailable: if ``sandbox`` needs a layer this machine lacks (checked once,
@@ -298,24 +307,78 @@ def grade_batch(
     limits = RunLimits.of(assignment, sandbox=sandbox)
     if reports is not None:
         reports.mkdir(parents=True, exist_ok=True)
-    rows = []
-    # Two workers kept warm for the whole batch: each submission pays its own runs, not the
-    # workers' start-up.
+    admission = admission or Admission(machine_capacity(sandbox, reserved_workers=ahead))
     queue = _prepared(students, ahead, layout=layout, assignment=assignment, limits=limits,
                       archive_limits=archive_limits)
-    with WorkerPool(layout=layout, limits=limits) as pool, closing(queue):
-        for prepared in queue:
-            try:
-                row = _grade_one(prepared, pool, layout=layout, assignment=assignment, policy=policy,
-                                 audience=audience, sandbox=sandbox)
-            finally:
-                prepared.close()
-            if reports is not None:
-                write_report(row, reports)
-            rows.append(row)
-            if on_done is not None:
-                on_done(row)
-    return rows
+    batch = _Batch(queue, admission, on_done=on_done, reports=reports,
+                   grade=lambda prepared, pool: _grade_one(prepared, pool, layout=layout, assignment=assignment,
+                                                           policy=policy, audience=audience, sandbox=sandbox),
+                   pool=lambda: WorkerPool(layout=layout, limits=limits))
+    with closing(queue):
+        rows = batch.run(min(len(students), admission.capacity.most))
+    return sorted(rows, key=lambda row: row.student)
+
+
+class _Batch:
+    """The gradings of a batch, in threads: each thread keeps a warm pool of its own and grades
+    one prepared submission after another, each once the admission lets it in."""
+
+    def __init__(self, queue: Iterator[_Prepared], admission: Admission, *,
+                 grade: Callable[[_Prepared, WorkerPool], BatchRow], pool: Callable[[], WorkerPool],
+                 on_done: Callable[[BatchRow], None] | None, reports: Path | None) -> None:
+        self.queue = queue
+        self.admission = admission
+        self.grade = grade
+        self.pool = pool
+        self.on_done = on_done
+        self.reports = reports
+        self.rows: list[BatchRow] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self, threads: int) -> list[BatchRow]:
+        workers = [threading.Thread(target=self._work, name=f"mutagrade-batch-{n}", daemon=True)
+                   for n in range(max(1, threads))]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        if self.failure is not None:
+            raise self.failure
+        return self.rows
+
+    def _next(self) -> _Prepared | None:
+        with self.lock:
+            return None if self.stop.is_set() else next(self.queue, None)
+
+    def _work(self) -> None:
+        try:
+            with self.pool() as pool:
+                while self.admission.enter(self.stop):
+                    try:
+                        prepared = self._next()
+                        if prepared is None:
+                            return
+                        try:
+                            row = self.grade(prepared, pool)
+                        finally:
+                            prepared.close()
+                    finally:
+                        self.admission.leave()
+                    self._done(row)
+        except BaseException as exc:  # noqa: BLE001 - the first failure stops the batch, raised by run()
+            with self.lock:
+                self.failure = self.failure or exc
+            self.stop.set()
+
+    def _done(self, row: BatchRow) -> None:
+        with self.lock:
+            if self.reports is not None:
+                write_report(row, self.reports)
+            self.rows.append(row)
+            if self.on_done is not None:
+                self.on_done(row)
 
 
 def _prepared(students: list[StudentSubmission], ahead: int, **how) -> Iterator[_Prepared]:

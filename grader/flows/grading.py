@@ -177,7 +177,7 @@ def _grade(
         # The report names the grading's budget as the assignment sets it, not what the
         # journal's replay had left of it.
         stop = matrix.budget_stop
-        whole = budget.wall if stop.kind is Budget.WALL else budget.cpu
+        whole = {Budget.WALL: budget.wall, Budget.CPU: budget.cpu}.get(stop.kind)
         matrix = replace(matrix, budget_stop=replace(stop, budget=whole or stop.budget))
     runs = [*matrix.first.values(), *matrix.second.values()]
     timing = Timing(

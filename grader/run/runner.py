@@ -361,13 +361,14 @@ class WorkerProcess:
     def _read_loop(self) -> None:
         stdout = self.process.stdout
         assert stdout is not None  # noqa: S101
+        # Each line is one run's result, bounded by the worker (a run's tests, messages and
+        # collection errors are capped there); the cap is per line, so a pool's worker may
+        # report any number of runs.
         cap = self.limits.sandbox_limits.output_bytes
-        seen = 0
         problem = ""
-        for line in stdout:
-            seen += len(line)
-            if seen > cap:
-                problem = f"the worker wrote more than {cap / 1024**2:g} MiB of results and was stopped"
+        while line := stdout.readline(cap + 1):
+            if len(line) > cap:
+                problem = f"the worker wrote a result of more than {cap / 1024**2:g} MiB and was stopped"
                 self.close()
                 break
             run = self._parse(line)

@@ -8,12 +8,12 @@ and each mutant's run stopping at its first kill (unless the full matrix is aske
 that could tell how far the grading has gone (by the clock, say) learns nothing from it: a wheat
 is as likely as a mutant to come late. The mutants' results are weighed once both reference runs
 and every wheat are in: a mutant whose run stopped at a test that turned out not to be valid
-carries on with the valid tests it had not reached. A kill by a time-out, or
-by a run that died, is confirmed by running that test again; a failed assertion is not (the
-second reference run already guards against chance). The confirming and continuing runs come
-late and are all mutants', so the reference is run again among them now and then, at random
-(:data:`RECHECK_EVERY`): a test that fails late fails there too, and is not valid. A CPU budget
-bounds the whole grading.
+carries on with the valid tests it had not reached (at most :data:`MAX_CONTINUATIONS` times). Every
+kill is confirmed by running the test that made it again under the other seed. The confirming
+and continuing runs come late and are all mutants', so the reference is run again among them
+now and then, at random (:data:`RECHECK_EVERY`): a test that fails late fails there too, and is
+not valid. A CPU and a wall-clock budget bound the whole grading, and so does a cap on its runs
+(:func:`max_runs`).
 After the reference, runs go to whichever worker is free, never more at once than ``jobs``.
 :class:`WorkerPool` keeps the two workers for one grading after another.
 """
@@ -34,11 +34,23 @@ from grader.run.runner import GradingBudget, RunLimits, WorkerLost, WorkerProces
 from grader.sandbox.base import SandboxMode
 from grader.core.variants import Variant, VariantKind
 
-__all__ = ["RECHECK_EVERY", "WorkerPool", "run_matrix"]
+__all__ = ["MAX_CONTINUATIONS", "MAX_RUNS_PER_VARIANT", "RECHECK_EVERY", "WorkerPool", "max_runs", "run_matrix"]
 
 RECHECK_EVERY = 3  # about one such run for every this many confirming or continuing runs
 MAX_CONTINUATIONS = 2  # a mutant's run carried on after a kill that did not hold, at most this often
+MAX_RUNS_PER_VARIANT = 6  # a grading's runs, at most this many per variant (see max_runs)
 _WALL_SLACK = 10.0  # seconds the workers have to report their runs stopped by the wall-clock budget
+
+
+def max_runs(variants: int) -> int:
+    """The most suite runs one grading of ``variants`` variants makes, whatever the suite.
+
+    An honest suite needs two reference runs, one run of each other variant, a confirming run
+    per killed mutant and a recheck now and then (about ``2.2 ×`` the variants); a suite whose
+    kills do not hold needs continuations too, at most :data:`MAX_CONTINUATIONS` a mutant. Past
+    the cap the grading stops, and its report says so.
+    """
+    return 2 + MAX_RUNS_PER_VARIANT * variants
 
 
 def _passed(run: SuiteRun) -> list[str]:
@@ -123,6 +135,8 @@ class _MatrixRun:
         self.stop: BudgetStop | None = None
         self.in_flight = 0
         self.received = 0
+        self.sent = 0
+        self.max_runs = max_runs(len(self.variants))
         self.slots = max(1, limits.jobs)  # runs at once, over both workers
         self.pending: deque[WorkerRun] = deque()  # decided, waiting for a free slot
         self.busy: dict[WorkerProcess, int] = {}  # runs in flight, by worker
@@ -175,6 +189,7 @@ class _MatrixRun:
 
     def _send_to(self, worker: WorkerProcess, run: WorkerRun) -> None:
         worker.submit(run, cpu_budget=self.budget.cpu_left(), wall_budget=self.budget.wall_left())
+        self.sent += 1
         self.in_flight += 1
         self.busy[worker] = self.busy.get(worker, 0) + 1
 
@@ -188,6 +203,10 @@ class _MatrixRun:
         one with fewer runs in flight), or to the first-seed worker while neither has
         reported yet."""
         while self.pending and self.stop is None and self.in_flight < self.slots:
+            if self.sent >= self.max_runs:
+                # Whatever the suite does, a grading ends: what is left is not run, and says why.
+                self.stop = BudgetStop(self.max_runs, "(the next run)", "", Budget.RUNS)
+                return
             run = self.pending.popleft()
             if run.seed is not None:
                 worker = self.seed_one if run.seed == self.seed_one.hash_seed else self.seed_two

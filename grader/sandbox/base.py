@@ -88,7 +88,7 @@ class SandboxLimits:
     tmp_bytes: int = 256 * 1024**2  # the private /tmp (bubblewrap)
     submission_bytes: int = 64 * 1024**2  # the copy of the submission
     submission_files: int = 5000
-    output_bytes: int = 64 * 1024**2  # results the worker may write before it is stopped
+    output_bytes: int = 64 * 1024**2  # the most one run's result may take as the worker writes it
     claim_timeout: float = 120.0  # how long to wait for a free sandbox user
 
 

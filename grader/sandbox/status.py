@@ -179,7 +179,7 @@ def _status(users: list[SandboxUser], seccomp: tuple[bool, str], bubblewrap: tup
         ),
         LayerStatus(
             layer=Layer.OUTPUT, active=True,
-            detail=f"worker output read up to {mib(limits.output_bytes)}, a wall-clock limit per worker, "
+            detail=f"each run's result read up to {mib(limits.output_bytes)}, a wall-clock limit per worker, "
             f"each child's output capped at {mib(limits.file_bytes)}",
         ),
         LayerStatus(layer=Layer.SECCOMP, active=seccomp_ok, detail=seccomp_detail),

@@ -28,6 +28,7 @@ __all__ = ["GRACE_S", "Run"]
 
 GRACE_S = 2.0  # seconds an interrupted test has to stop before its run is killed
 _MESSAGE_CAP = 2000
+_ERRORS_CAP = 20  # collection errors a run keeps word for word; the rest are counted
 _REPORT_CAP = 16 * 1024 * 1024  # bytes a run may report before it is cut off (500 tests of long ids fit)
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -62,6 +63,10 @@ class Run:
         self.over_limit = 0  # tests collected, when more than the job allows (none of them runs)
         self.results: dict[str, TestResult] = {}
         self.errors: list[str] = []
+        self.errors_omitted = 0
+        # The collectors that failed (a module that raised at import), with their error: the
+        # tests of theirs this run was asked for error, as pytest sees them.
+        self.broken: dict[str, str] = {}
         self.phases: dict[str, float] = {}
         self.current: tuple[str, float, float] | None = None  # test, when it began, its limit
         self.interrupted: dict[str, float] = {}  # test -> the limit it was interrupted at
@@ -105,6 +110,9 @@ class Run:
                 self.over_limit, self.collected = len(self.collected), []
                 self.kill(f"the suite has {self.over_limit} tests, more than the limit of {self.job.max_tests}: "
                           "none of them was run")
+            elif self.header.stop_at_first_kill and self.absent():
+                self.stopped = True  # a test asked for is not there: a kill, decided at collection
+                self.kill()
         elif kind == "begin":
             self.current = (event.test, time.monotonic(), self._limit(event.test))
         elif kind == "end":
@@ -117,13 +125,39 @@ class Run:
         elif kind == "result":
             self._result(event.result)
         elif kind == "collect_error":
-            self.errors.append(event.text[:_MESSAGE_CAP])
+            self._collect_error(event)
         elif kind == "stopped":
             self.stopped = True
         elif kind == "phases":
             self.phases = dict(event.phases)
         elif kind == "done":
             self.done = True
+
+    def _collect_error(self, event: RunEvent) -> None:
+        text = event.text[:_MESSAGE_CAP]
+        if len(self.errors) < _ERRORS_CAP:
+            self.errors.append(text)
+        else:
+            self.errors_omitted += 1
+        if len(self.broken) < _ERRORS_CAP * 50:
+            self.broken.setdefault(event.test, text)
+
+    def absent(self) -> list[str]:
+        """The tests this run was asked for that its collection did not find (none before the
+        collection is known): they were on the reference, so each is judged here."""
+        if self.collected is None or self.over_limit or self.header.select is None:
+            return []
+        found = set(self.collected)
+        return [t for t in dict.fromkeys(self.header.select) if t not in found]
+
+    def _absent_result(self, test: str) -> TestResult:
+        """A test asked for and not collected: an error where its module (or a folder above it)
+        failed to import, missing where it simply is not there on this variant."""
+        module = test.split("::", 1)[0]
+        for collector, error in self.broken.items():
+            if collector in ("", module) or module.startswith(collector.rstrip("/") + "/"):
+                return _result(test, Outcome.ERROR, f"not collected on this variant: {error}")
+        return _result(test, Outcome.MISSING, "collected on the reference, not on this variant")
 
     def _result(self, reported: TestResult | None) -> None:
         if reported is None:
@@ -258,7 +292,7 @@ class Run:
         status, cpu = self.ended if self.ended is not None else (0, 0.0)
         crashed = self.killed_why
         if self.overflow:
-            crashed = "the run reported more than the output cap and was killed"
+            crashed = f"too much output: the run reported more than {_REPORT_CAP // 1024**2} MiB and was killed"
         elif self.tampered:
             crashed = _TAMPERED
         elif not crashed and not self.done and not self.budget and not self.stopped:
@@ -277,11 +311,13 @@ class Run:
                 final.append(_result(test, Outcome.NOT_RUN, "not run: the run had stopped"))
             else:  # the run said it was done, yet never reported this test
                 final.append(_result(test, Outcome.MISSING, "the test never reported"))
+        final += [self._absent_result(test) for test in self.absent()]
+        errors = self.errors + ([f"... and {self.errors_omitted} more collection errors"] if self.errors_omitted else [])
         return RunResult(
             run_id=self.header.run_id,
             hash_seed=self.job.hash_seed,
             results=tuple(final),
-            collection_errors=tuple(self.errors),
+            collection_errors=tuple(errors),
             crashed=crashed,
             duration=round(time.monotonic() - self.started, 3),
             cpu_s=round(cpu + impl_cpu, 3),
