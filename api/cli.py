@@ -39,9 +39,15 @@ def _cmd_serve(args: argparse.Namespace, layout: Layout) -> int:
     settings = get_settings(root=args.root, workers=args.workers)
     app = create_app(settings)
     print(f"mutagrade serving on http://{args.host}:{args.port} (database {settings.database_url}, "
-          f"{settings.queue} queue, {settings.workers} grading worker(s))", file=sys.stderr)
+          f"{settings.queue} queue, {_threads(settings.workers)})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return EXIT_OK
+
+
+def _threads(workers: int | None) -> str:
+    if workers is None:
+        return "gradings at once: one per core, more while the cores sit idle"
+    return f"{workers} grading thread(s)"
 
 
 def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
@@ -153,7 +159,7 @@ def add_service_commands(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="run the grading service (API, pages, in-process workers)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=None, help="grading threads (default: MUTAGRADE_WORKERS or 1)")
+    serve.add_argument("--workers", type=int, default=None, help="grading threads (default: MUTAGRADE_WORKERS, or as many as the machine's cores and idle time allow)")
     serve.add_argument("--log-level", default="info", choices=_LOG_LEVELS)
     serve.set_defaults(run=_cmd_serve)
 

@@ -28,7 +28,11 @@ class Settings(BaseSettings):
     )
     queue: str = Field(default="local", pattern="^(local|celery)$", description="local: in-process workers")
     broker_url: str = Field(default="redis://127.0.0.1:6379/0", description="Celery broker (queue=celery)")
-    workers: int = Field(default=1, ge=0, description="in-process grading threads (0: accept, grade elsewhere)")
+    workers: int | None = Field(
+        default=None, ge=0,
+        description="in-process grading threads (0: accept, grade elsewhere; unset: as many as the machine's "
+        "admission may let in at once, grader/run/admission.py)",
+    )
     max_upload_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     max_files: int = Field(default=200, ge=1)
     max_unpacked_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)

@@ -3,7 +3,10 @@
 ``LocalQueue`` (the default) grades in threads of the server process. Jobs live in the
 database (a submission's status is its job's state), so jobs left queued or running when the
 server stopped resume when it starts again; each thread takes the next job in turn over
-students (``crud.claim_next``). The Celery backend implements the same interface.
+students (``crud.claim_next``), once the machine's admission lets one more grading in
+(:mod:`grader.run.admission`: one per core, more while the cores sit idle, as ``grade-batch``
+does), so a grading whose tests sleep holds no one up. The Celery backend implements the same
+interface.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from api import crud
 from api.config import Settings
 from api.jobs import GradingDeferred, grade_submission, make_pool
 from api.lease import Heartbeat
+from grader.run.admission import Admission, machine_capacity
+from grader.run.scheduler import WorkerPool
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
@@ -50,13 +55,16 @@ class LocalQueue:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._paused_until = 0.0  # no thread takes a job before then (the sandbox is unavailable)
+        self.admission = Admission(machine_capacity("auto"))
+        # Threads enough for every grading the admission may let in at once, unless set.
+        self.count = settings.workers if settings.workers is not None else self.admission.capacity.most
 
     def start(self) -> None:
         with self.make_session() as session:
             resumed = crud.requeue_running(session)
         if resumed:
             log.info("resumed %d job(s) left running by a stopped server", resumed)
-        for number in range(self.settings.workers):
+        for number in range(self.count):
             thread = threading.Thread(target=self._loop, args=(f"{self.name}/{number}",), daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -83,7 +91,7 @@ class LocalQueue:
         thread.start()
 
     def healthy(self) -> bool:
-        return all(t.is_alive() for t in self._threads) and len(self._threads) == self.settings.workers
+        return all(t.is_alive() for t in self._threads) and len(self._threads) == self.count
 
     def _loop(self, worker: str) -> None:
         # Each thread keeps two grading workers warm while jobs keep coming (a burst pays their
@@ -97,27 +105,18 @@ class LocalQueue:
                     if paused > 0:
                         self._stopping.wait(paused)
                         continue
-                    with self.make_session() as session:
-                        # In turn over students; first a job whose claim lapsed (a server
-                        # sharing this database died grading it).
-                        submission = crud.claim_next(session, worker=worker, lease_s=self.settings.lease_s)
-                    if submission is None:
+                    if not self.admission.enter(self._stopping):
+                        break
+                    try:
+                        graded = self._take_one(worker, pool)
+                    finally:
+                        self.admission.leave()
+                    if not graded:
                         if time.monotonic() - idle_since > _POOL_IDLE_S:
                             pool.close()
                         with self._wake:
                             self._wake.wait(timeout=1.0)
                         continue
-                    try:
-                        with Heartbeat(make_session=self.make_session, submission_id=submission.id, worker=worker,
-                                       every_s=self.settings.heartbeat_s):
-                            grade_submission(submission, settings=self.settings, make_session=self.make_session,
-                                             worker=worker, pool=pool)
-                    except GradingDeferred as deferred:
-                        # Every thread of this process would meet the same sandbox: all wait.
-                        self._paused_until = max(self._paused_until, time.monotonic() + deferred.retry_after_s)
-                        log.warning("grading worker %s: submission %d queued again, grading resumes in %.0f s: %s",
-                                    worker, submission.id, deferred.retry_after_s, deferred.why)
-                        pool.close()
                     idle_since = time.monotonic()
                 except Exception:  # noqa: BLE001 - a broken job must not end the worker thread
                     log.exception("grading worker %s: unexpected error; continuing", worker)
@@ -125,6 +124,28 @@ class LocalQueue:
                     self._stopping.wait(1.0)
         finally:
             pool.close()
+
+
+    def _take_one(self, worker: str, pool: WorkerPool) -> bool:
+        """Claim the next job and grade it; False when there was none."""
+        with self.make_session() as session:
+            # In turn over students; first a job whose claim lapsed (a server sharing this
+            # database died grading it).
+            submission = crud.claim_next(session, worker=worker, lease_s=self.settings.lease_s)
+        if submission is None:
+            return False
+        try:
+            with Heartbeat(make_session=self.make_session, submission_id=submission.id, worker=worker,
+                           every_s=self.settings.heartbeat_s):
+                grade_submission(submission, settings=self.settings, make_session=self.make_session,
+                                 worker=worker, pool=pool)
+        except GradingDeferred as deferred:
+            # Every thread of this process would meet the same sandbox: all wait.
+            self._paused_until = max(self._paused_until, time.monotonic() + deferred.retry_after_s)
+            log.warning("grading worker %s: submission %d queued again, grading resumes in %.0f s: %s",
+                        worker, submission.id, deferred.retry_after_s, deferred.why)
+            pool.close()
+        return True
 
 
 def make_queue(*, settings: Settings, make_session: sessionmaker) -> Queue:

@@ -9,9 +9,14 @@ example differs (``tests/grader/test_structure_loops.py``), which once held a gr
 whole wall budget.
 
     .venv/bin/python bench/deadline.py [--n 40] [--cores 0 0,1] [--rounds 1]
+    .venv/bin/python bench/deadline.py --burst [--submissions 200] [--students 100] [--queues local celery]
 
-Each figure is one ``mutagrade grade-batch`` process, the real command line, timed from start to
-exit; submissions per second is N over that time.
+Each batch figure is one ``mutagrade grade-batch`` process, the real command line, timed from
+start to exit; submissions per second is N over that time. A burst posts the mix over real HTTP
+to a real ``mutagrade serve`` (the embedded queue on SQLite, or the Celery queue with two
+``mutagrade worker`` processes, Redis and PostgreSQL) and reads, from the service's own
+timestamps, how long each ordinary submission waited in the queue, in gradings' worth: its wait
+over the median time an ordinary submission took to grade in that burst.
 """
 
 from __future__ import annotations
@@ -19,16 +24,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.api.burst import SLEEPER_SUITE  # noqa: E402
+from tests.api.burst import SLEEPER_SUITE, BurstResult, percentile, run_burst, sleeper_archive  # noqa: E402
+from tests.api.conftest import make_server, tar_gz  # noqa: E402
+from tests.services import ApiProcess, WorkerProcess, free_port, postgres_server, redis_server, service_env  # noqa: E402
 from tests.grader.test_structure_loops import RAISES  # noqa: E402
 
 BUNDLED = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
@@ -68,12 +79,91 @@ def grade_batch(batch: Path, out: Path, cores: str | None) -> float:
     return took
 
 
+def mix(n: int) -> Callable[[int], tuple[str, bytes]]:
+    """The burst's i-th suite: 5 % sleeping, 1 % looping, spread out; the rest the bundled one."""
+    ordinary = tar_gz({p.name: p.read_bytes() for p in BUNDLED.glob("*.py")})
+    sleeper, looper = sleeper_archive(), tar_gz({"test_loop.py": RAISES})
+    sleepers, loopers = max(1, round(0.05 * n)), max(1, round(0.01 * n))
+    kinds = {(k * n) // sleepers: ("sleeping", sleeper) for k in range(sleepers)}
+    kinds.update({(k * n) // loopers + n // (2 * loopers) + 1: ("looping", looper) for k in range(loopers)})
+    return lambda i: kinds.get(i, ("ordinary", ordinary))
+
+
+def burst_figures(result: BurstResult) -> str:
+    waits, graded = result.waited_by_kind("ordinary"), result.graded_by_kind("ordinary")
+    if not waits or not graded:
+        return f"nothing graded: {dict(Counter(result.final.values()))}"
+    one = statistics.median(graded)
+    worth = [w / one for w in waits]
+    return (f"{len(waits)} ordinary graded, one grading {one:.2f} s (median); their wait in gradings' worth: "
+            f"median {statistics.median(worth):.2f}, 95th percentile {percentile(worth, 95):.2f} "
+            f"(seconds: {statistics.median(waits):.2f}, {percentile(waits, 95):.2f}); whole burst {result.graded_s:.1f} s; "
+            f"statuses {dict(Counter(result.final.values()))}")
+
+
+def burst_local(tmp: Path, args: argparse.Namespace) -> BurstResult:
+    server = make_server(tmp, rate_limit="100000", max_in_flight="100000")
+    server.start()
+    try:
+        return _burst(server.url, lambda user, role: server.token(user, role), args)
+    finally:
+        server.stop()
+
+
+def burst_celery(tmp: Path, args: argparse.Namespace) -> BurstResult:
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server())
+        postgres = stack.enter_context(postgres_server())
+        env = service_env(database_url=postgres.url, queue="celery", broker_url=redis.url,
+                          rate_limit="100000", max_in_flight="100000")
+        api = ApiProcess(port=free_port(), env=env, log=tmp / "api.log")
+        api.start()
+        stack.callback(api.stop)
+        for n in range(2):
+            worker = WorkerProcess(name=f"deadline-{n}@bench", env=env, log=tmp / f"worker-{n}.log",
+                                   args=["worker", "--queues", "cpu", "--hostname", f"deadline-{n}@bench"])
+            worker.start()
+            stack.callback(worker.stop)
+
+        def token(user: str, role: str) -> str:
+            made = subprocess.run([sys.executable, "-m", "api.cli", "admin", "token", "create", "--user", user,
+                                   "--role", role], env=env, capture_output=True, text=True, check=True)
+            return made.stdout.strip()
+
+        return _burst(api.url, token, args)
+
+
+def _burst(url: str, token: Callable[[str, str], str], args: argparse.Namespace) -> BurstResult:
+    return run_burst(
+        url,
+        student_tokens=[token(f"deadline-{n:03d}", "student") for n in range(args.students)],
+        staff_token=token("deadline-staff", "staff"),
+        archive=mix(args.submissions),
+        count=args.submissions,
+        threads=16,
+        min_health_samples=50,
+        timeout_s=1800,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=40, help="submissions per batch")
     parser.add_argument("--cores", nargs="*", default=["0", "0,1"], help="taskset core lists to compare")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--burst", action="store_true", help="the service under a burst of the mix instead")
+    parser.add_argument("--submissions", type=int, default=200)
+    parser.add_argument("--students", type=int, default=100)
+    parser.add_argument("--queues", nargs="*", default=["local", "celery"])
     args = parser.parse_args()
+    if args.burst:
+        print(f"load average at the start: {os.getloadavg()[0]:.2f}; cores: {len(os.sched_getaffinity(0))}; "
+              f"{args.submissions} submissions from {args.students} students, 5 % sleeping, 1 % looping")
+        for queue in args.queues:
+            with tempfile.TemporaryDirectory(prefix="mutagrade-burst-") as tmp:
+                result = (burst_celery if queue == "celery" else burst_local)(Path(tmp), args)
+            print(f"{queue}: {burst_figures(result)}", flush=True)
+        return
     n = args.n
     sleepers, loopers = max(1, round(0.05 * n)), max(1, round(0.01 * n))
     with tempfile.TemporaryDirectory(prefix="mutagrade-deadline-") as tmp:

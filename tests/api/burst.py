@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime
 
 import httpx
@@ -102,12 +103,23 @@ class BurstResult:
     final: dict[int, str] = field(default_factory=dict)  # id -> status when the burst ended
     listed: dict[int, dict] = field(default_factory=dict)  # id -> the submission as listed at the end
     sleeper_status: list[int] = field(default_factory=list)  # the answer to each of the sleeper's posts
+    kinds: dict[int, str] = field(default_factory=dict)  # id -> the kind of suite posted (a mix's)
     posted_s: float = 0.0  # first POST sent to last POST answered
     graded_s: float = 0.0  # first POST sent to every submission done (or error)
 
     def waited(self) -> list[float]:
         """Seconds each of the burst's graded submissions waited in the queue (stored to taken)."""
         return [_seconds(body["created_at"], body["started_at"]) for body in self.listed.values() if body["started_at"]]
+
+    def waited_by_kind(self, kind: str) -> list[float]:
+        """:meth:`waited` of the submissions of one kind of a mix."""
+        return [_seconds(b["created_at"], b["started_at"]) for i, b in self.listed.items()
+                if b["started_at"] and self.kinds.get(i) == kind]
+
+    def graded_by_kind(self, kind: str) -> list[float]:
+        """Seconds each submission of one kind of a mix took to grade (taken to report)."""
+        return [_seconds(b["started_at"], b["finished_at"]) for i, b in self.listed.items()
+                if b["started_at"] and b["finished_at"] and self.kinds.get(i) == kind]
 
     def turnaround(self) -> list[float]:
         """Seconds from each graded submission's storing to its report."""
@@ -233,7 +245,7 @@ def run_burst(
     *,
     student_tokens: list[str],
     staff_token: str,
-    archive: bytes,
+    archive: bytes | Callable[[int], tuple[str, bytes]],
     count: int = 100,
     threads: int = 16,
     health_interval_s: float = 0.05,
@@ -242,7 +254,7 @@ def run_burst(
     sleeper_token: str | None = None,
 ) -> BurstResult:
     """Post ``count`` copies of ``archive`` at once (student ``i % len(student_tokens)`` posts the
-    i-th), then wait until every accepted one is graded; ``/healthz`` is polled all along, and
+    i-th; ``archive(i)``, a mix, gives the i-th's kind and archive), then wait until every accepted one is graded; ``/healthz`` is polled all along, and
     until at least ``min_health_samples`` answers were timed. With ``sleeper_token``, that
     student posts the sleeper's suite just before the burst and again every second while it
     lasts (:class:`Sleeper`); only the burst's own submissions are waited for."""
@@ -260,11 +272,12 @@ def run_burst(
             with lock:
                 clients.append(local.http)
         token = student_tokens[index % len(student_tokens)]
+        kind, data = archive(index) if callable(archive) else ("", archive)
         started = time.perf_counter()
         answer = local.http.post(
             "/v1/submissions",
             headers={"Authorization": f"Bearer {token}"},
-            files={"archive": (f"burst-{index}.tar.gz", archive, "application/gzip")},
+            files={"archive": (f"burst-{index}.tar.gz", data, "application/gzip")},
         )
         elapsed = time.perf_counter() - started
         with lock:
@@ -272,6 +285,7 @@ def run_burst(
             result.post_latency.append(elapsed)
             if answer.status_code == 202:
                 result.ids.append(answer.json()["id"])
+                result.kinds[result.ids[-1]] = kind
 
     health.start()
     health.measuring.set()
