@@ -63,8 +63,15 @@ def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
     print(f"mutagrade worker: queues {args.queues}, device {device} ({dtype} comparisons), "
           f"broker {settings.broker_url}, database {settings.database_url}", file=sys.stderr, flush=True)
     app = make_celery(settings)
+    concurrency = args.concurrency
+    if concurrency is None:
+        from grader.run.admission import machine_capacity
+
+        # Each process grades one job at a time, through the machine's admission
+        # (api.tasks): a grading that sleeps holds a process, not a core.
+        concurrency = machine_capacity("auto").most if "cpu" in args.queues else 1
     app.worker_main([
-        "worker", "--queues", args.queues, "--concurrency", str(args.concurrency),
+        "worker", "--queues", args.queues, "--concurrency", str(concurrency),
         "--loglevel", args.log_level, "--hostname", name, "--without-gossip",
         "--without-mingle",
     ])
@@ -191,7 +198,9 @@ def add_service_commands(commands: argparse._SubParsersAction) -> None:
 
     worker = commands.add_parser("worker", help="a Celery worker: grading (cpu) or torch comparisons (gpu)")
     worker.add_argument("--queues", required=True, choices=("cpu", "gpu", "cpu,gpu"))
-    worker.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
+    worker.add_argument("--concurrency", type=int, default=None,
+                        help="worker processes (default: for the cpu queue, as many gradings as the machine's "
+                        "admission may let in at once, one per core and more while they sit idle; 1 for gpu)")
     worker.add_argument("--hostname", help="the worker's node name (default: QUEUES@host)")
     worker.add_argument("--log-level", default="info", choices=_LOG_LEVELS)
     worker.add_argument("--ping", action="store_true",

@@ -25,7 +25,7 @@ from api import crud
 from api.config import Settings
 from api.jobs import GradingDeferred, grade_submission, make_pool
 from api.lease import Heartbeat
-from grader.run.admission import Admission, machine_capacity
+from grader.run.admission import machine_admission
 from grader.run.scheduler import WorkerPool
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
@@ -55,7 +55,7 @@ class LocalQueue:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._paused_until = 0.0  # no thread takes a job before then (the sandbox is unavailable)
-        self.admission = Admission(machine_capacity("auto"))
+        self.admission = machine_admission("auto")
         # Threads enough for every grading the admission may let in at once, unless set.
         self.count = settings.workers if settings.workers is not None else self.admission.capacity.most
 

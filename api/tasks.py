@@ -27,6 +27,7 @@ from api.config import Settings
 from api.db import Submission, make_engine, make_sessionmaker
 from api.jobs import GradingDeferred, grade_submission, make_pool
 from api.lease import Heartbeat
+from grader.run.admission import Admission, machine_admission
 from grader.run.scheduler import WorkerPool
 
 __all__ = ["GOLDEN", "GRADE", "JobTask", "golden", "grade", "register"]
@@ -45,6 +46,7 @@ class _Process:
         self.settings = settings
         self._make_session: sessionmaker | None = None
         self._pool: WorkerPool | None = None
+        self._admission: Admission | None = None
 
     def sessions(self) -> sessionmaker:
         if self._make_session is None:
@@ -56,9 +58,15 @@ class _Process:
             self._pool = make_pool(self.settings)
         return self._pool
 
+    def admission(self) -> Admission:
+        """The machine's admission, shared with every grading process of this machine."""
+        if self._admission is None:
+            self._admission = machine_admission("auto")
+        return self._admission
+
     def forget(self) -> None:
         """A fresh process (forked from the parent): nothing of the parent's is used."""
-        self._make_session = self._pool = None
+        self._make_session = self._pool = self._admission = None
 
     def close(self) -> None:
         if self._pool is not None:
@@ -123,8 +131,11 @@ def _grade_held(task: JobTask, submission: Submission, *, worker: str, make_sess
     started = time.monotonic()
     while True:
         try:
-            return grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
-                                    pool=task.process.pool(), hold_claim=True)
+            # One grading per core, more while the cores sit idle (grader.run.admission): the
+            # claim is renewed by the heartbeat meanwhile.
+            with task.process.admission().slot():
+                return grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
+                                        pool=task.process.pool(), hold_claim=True)
         except GradingDeferred as deferred:
             # This worker's sandbox is not ready: it keeps the job (the others stay in the
             # broker for other workers), takes no other meanwhile, and tries again once the

@@ -79,38 +79,45 @@ def grade_batch(batch: Path, out: Path, cores: str | None) -> float:
     return took
 
 
-def mix(n: int) -> Callable[[int], tuple[str, bytes]]:
-    """The burst's i-th suite: 5 % sleeping, 1 % looping, spread out; the rest the bundled one."""
+def mix(n: int, hostile: bool = True) -> Callable[[int], tuple[str, bytes]]:
+    """The burst's i-th suite: 5 % sleeping, 1 % looping, spread out (none unless ``hostile``);
+    the rest the bundled one."""
     ordinary = tar_gz({p.name: p.read_bytes() for p in BUNDLED.glob("*.py")})
     sleeper, looper = sleeper_archive(), tar_gz({"test_loop.py": RAISES})
-    sleepers, loopers = max(1, round(0.05 * n)), max(1, round(0.01 * n))
+    sleepers, loopers = (max(1, round(0.05 * n)), max(1, round(0.01 * n))) if hostile else (0, 0)
     kinds = {(k * n) // sleepers: ("sleeping", sleeper) for k in range(sleepers)}
     kinds.update({(k * n) // loopers + n // (2 * loopers) + 1: ("looping", looper) for k in range(loopers)})
+    kinds = {i: kind for i, kind in kinds.items() if i < n}
     return lambda i: kinds.get(i, ("ordinary", ordinary))
 
 
-def burst_figures(result: BurstResult) -> str:
-    waits, graded = result.waited_by_kind("ordinary"), result.graded_by_kind("ordinary")
-    if not waits or not graded:
-        return f"nothing graded: {dict(Counter(result.final.values()))}"
-    one = statistics.median(graded)
-    worth = [w / one for w in waits]
-    return (f"{len(waits)} ordinary graded, one grading {one:.2f} s (median); their wait in gradings' worth: "
-            f"median {statistics.median(worth):.2f}, 95th percentile {percentile(worth, 95):.2f} "
-            f"(seconds: {statistics.median(waits):.2f}, {percentile(waits, 95):.2f}); whole burst {result.graded_s:.1f} s; "
-            f"statuses {dict(Counter(result.final.values()))}")
+def burst_figures(plain: BurstResult, mixed: BurstResult) -> str:
+    """Each ordinary submission's wait, with the mix and without, and what the mix added, in
+    gradings' worth (the median time an ordinary submission took to grade in the plain burst)."""
+    one = statistics.median(plain.graded_by_kind("ordinary") or [float("nan")])
+    lines = []
+    for name, result in (("plain", plain), ("with the mix", mixed)):
+        waits = result.waited_by_kind("ordinary")
+        lines.append(f"  {name}: {len(waits)} ordinary graded in {result.graded_s:.1f} s, statuses "
+                     f"{dict(Counter(result.final.values()))}; wait median {statistics.median(waits):.1f} s, "
+                     f"95th percentile {percentile(waits, 95):.1f} s")
+    added = [statistics.median(mixed.waited_by_kind("ordinary")) - statistics.median(plain.waited_by_kind("ordinary")),
+             percentile(mixed.waited_by_kind("ordinary"), 95) - percentile(plain.waited_by_kind("ordinary"), 95)]
+    lines.append(f"  one grading {one:.2f} s; the mix added to an ordinary submission's wait: median "
+                 f"{added[0] / one:.2f} gradings' worth, 95th percentile {added[1] / one:.2f}")
+    return "\n".join(lines)
 
 
-def burst_local(tmp: Path, args: argparse.Namespace) -> BurstResult:
+def burst_local(tmp: Path, args: argparse.Namespace, hostile: bool) -> BurstResult:
     server = make_server(tmp, rate_limit="100000", max_in_flight="100000")
     server.start()
     try:
-        return _burst(server.url, lambda user, role: server.token(user, role), args)
+        return _burst(server.url, lambda user, role: server.token(user, role), args, hostile)
     finally:
         server.stop()
 
 
-def burst_celery(tmp: Path, args: argparse.Namespace) -> BurstResult:
+def burst_celery(tmp: Path, args: argparse.Namespace, hostile: bool) -> BurstResult:
     with ExitStack() as stack:
         redis = stack.enter_context(redis_server())
         postgres = stack.enter_context(postgres_server())
@@ -130,15 +137,15 @@ def burst_celery(tmp: Path, args: argparse.Namespace) -> BurstResult:
                                    "--role", role], env=env, capture_output=True, text=True, check=True)
             return made.stdout.strip()
 
-        return _burst(api.url, token, args)
+        return _burst(api.url, token, args, hostile)
 
 
-def _burst(url: str, token: Callable[[str, str], str], args: argparse.Namespace) -> BurstResult:
+def _burst(url: str, token: Callable[[str, str], str], args: argparse.Namespace, hostile: bool) -> BurstResult:
     return run_burst(
         url,
         student_tokens=[token(f"deadline-{n:03d}", "student") for n in range(args.students)],
         staff_token=token("deadline-staff", "staff"),
-        archive=mix(args.submissions),
+        archive=mix(args.submissions, hostile),
         count=args.submissions,
         threads=16,
         min_health_samples=50,
@@ -160,9 +167,11 @@ def main() -> None:
         print(f"load average at the start: {os.getloadavg()[0]:.2f}; cores: {len(os.sched_getaffinity(0))}; "
               f"{args.submissions} submissions from {args.students} students, 5 % sleeping, 1 % looping")
         for queue in args.queues:
-            with tempfile.TemporaryDirectory(prefix="mutagrade-burst-") as tmp:
-                result = (burst_celery if queue == "celery" else burst_local)(Path(tmp), args)
-            print(f"{queue}: {burst_figures(result)}", flush=True)
+            results = []
+            for hostile in (False, True):
+                with tempfile.TemporaryDirectory(prefix="mutagrade-burst-") as tmp:
+                    results.append((burst_celery if queue == "celery" else burst_local)(Path(tmp), args, hostile))
+            print(f"{queue} queue:\n{burst_figures(*results)}", flush=True)
         return
     n = args.n
     sleepers, loopers = max(1, round(0.05 * n)), max(1, round(0.01 * n))

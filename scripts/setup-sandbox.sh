@@ -6,7 +6,8 @@
 #     (setpriv, which drops to the sandbox user inside bubblewrap);
 #   * the sandbox users mutagrade-sandbox-0 .. mutagrade-sandbox-(N-1): system users with no
 #     home, no login shell and a group of their own, one per worker running at once (a grading
-#     runs two). N is $SANDBOX_USERS, 16 by default.
+#     runs two, and a machine grades up to four per core at once). N is $SANDBOX_USERS, 8 per core
+#     and 16 more by default.
 #
 #   scripts/setup-sandbox.sh [PYTHON]    # with PYTHON (the venv's), prints what doctor sees
 #
@@ -17,7 +18,7 @@
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
-SANDBOX_USERS="${SANDBOX_USERS:-16}"
+SANDBOX_USERS="${SANDBOX_USERS:-$(( $(nproc) * 8 + 16 ))}"
 PREFIX="mutagrade-sandbox-"
 PYTHON="${1:-}"
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from grader.core.assignment import AssignmentError
 from grader.core.caps import MAX_TEST_FILE_BYTES, MAX_TESTS
+from grader.core.parsing import parse
 
 __all__ = [
     "MAX_SUITE_BYTES",
@@ -188,7 +189,7 @@ def _modules(folder: Path, budget: int | None) -> list[_Module]:
                 data = handle.read(MAX_TEST_FILE_BYTES + 1)  # never more, even of a file that grew
             if len(data) > MAX_TEST_FILE_BYTES:
                 continue
-            tree = ast.parse(data.decode("utf-8-sig"), filename=path.name)
+            tree = parse(data.decode("utf-8-sig"), filename=path.name)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         modules.append(_module(relative, tree))

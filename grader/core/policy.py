@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from grader.core.caps import MAX_ID_CHARS, MAX_LISTED, MAX_TEST_FILE_BYTES, cap_text
 from grader.core.policy_code import check_tree
+from grader.core.parsing import parse
 
 __all__ = [
     "DEFAULT_ALLOWED_IMPORTS",
@@ -279,7 +280,7 @@ def _check_text(source: str, path: str, config: PolicyConfig, found: _Found) -> 
     # The file's own findings, apart: a file too deeply nested for the checker is one violation.
     mine = _Found(found.limit)
     try:
-        tree = ast.parse(source, filename=path)
+        tree = parse(source, filename=str(path))
         check_tree(
             tree,
             lines=_LINE_BREAK.split(source),

@@ -37,7 +37,7 @@ from grader.core.caps import cap_text
 from grader.flows.grading import grade_suite
 from grader.core.journal import NO_JOURNAL, JournalFormatError
 from grader.flows.replay import verify_journal
-from grader.run.admission import Admission, machine_capacity
+from grader.run.admission import Admission, machine_admission
 from grader.run.scheduler import WorkerPool
 from grader.core.models import Audience, JournalSummary, Report
 from grader.core.paths import Layout
@@ -307,7 +307,7 @@ def grade_batch(
     limits = RunLimits.of(assignment, sandbox=sandbox)
     if reports is not None:
         reports.mkdir(parents=True, exist_ok=True)
-    admission = admission or Admission(machine_capacity(sandbox, reserved_workers=ahead))
+    admission = admission or machine_admission(sandbox, reserved_workers=ahead)
     queue = _prepared(students, ahead, layout=layout, assignment=assignment, limits=limits,
                       archive_limits=archive_limits)
     batch = _Batch(queue, admission, on_done=on_done, reports=reports,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grader.core.journal import GRU_FILE
 from grader.core.paths import Layout
+from grader.core.parsing import parse
 from grader.flows.tdd import DEFAULT_IMPL
 
 __all__ = ["CI_FILES", "JOURNAL", "StarterError", "starter_files", "stub_source", "write_starter"]
@@ -40,7 +41,7 @@ def stub_source(contract: str) -> str:
     """
     lines = contract.splitlines(keepends=True)
     edits: list[tuple[int, str]] = []  # (0-based line, its new text), applied bottom up
-    for function, qualname in _functions(ast.parse(contract)):
+    for function, qualname in _functions(parse(contract)):
         indent = " " * (function.col_offset + 4)
         body = function.body
         raised = f'{indent}raise NotImplementedError("{qualname} is not written yet")\n'

@@ -7,22 +7,29 @@ instead lets one grading per core in at any time, and one more each time the cor
 given have been mostly idle for a moment, up to :attr:`Capacity.most`. A grading's own budgets
 (wall clock, CPU) still bound it once it is in; time waiting here is not counted.
 
-``grade-batch`` and the service's local queue both grade through one :class:`Admission`.
+``grade-batch``, the service's local queue and each Celery worker process grade through an
+:class:`Admission` whose count is the machine's (``slots``: one lock file per grading at once,
+held while it runs), so that every process grading on one machine, of one user, counts the same
+gradings.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
     from grader.sandbox.base import SandboxMode
 
-__all__ = ["GRADING_MEMORY_MB", "Admission", "Capacity", "capacity", "idle_cores", "machine_capacity"]
+__all__ = ["GRADING_MEMORY_MB", "Admission", "Capacity", "capacity", "idle_cores", "machine_admission",
+           "machine_capacity", "machine_slots"]
 
 # What one grading holds at its peak, its two warm workers and their runs' processes together
 # (measured: about 150 MiB; bench/README.md), with room to spare.
@@ -89,6 +96,18 @@ def machine_capacity(sandbox: SandboxMode | str, *, reserved_workers: int = 0) -
     return capacity(workers_free=free)
 
 
+def machine_slots() -> Path:
+    """Where this machine's gradings of this user hold their slots."""
+    base = Path("/run") if os.geteuid() == 0 else Path(tempfile.gettempdir())
+    return base / f"mutagrade-admission-{os.geteuid()}"
+
+
+def machine_admission(sandbox: SandboxMode | str, *, reserved_workers: int = 0) -> Admission:
+    """The admission every grading process of this machine shares (:func:`machine_capacity`,
+    slots in :func:`machine_slots`)."""
+    return Admission(machine_capacity(sandbox, reserved_workers=reserved_workers), slots=machine_slots())
+
+
 def idle_cores(cpus: Sequence[int]) -> Callable[[], float | None]:
     """A probe of how many of ``cpus`` sat idle since it was last called (None at the first
     call), from /proc/stat (idle and I/O wait ticks)."""
@@ -125,10 +144,12 @@ class Admission:
         interval: how long the cores are watched before each such decision.
         probe: how idle the cores were since the last call (default: :func:`idle_cores` over
             this process's CPU affinity).
+        slots: a folder of lock files, one per grading at once, shared by every process that
+            names it (None: this process's gradings alone are counted).
     """
 
     def __init__(self, capacity: Capacity, *, idle_share: float = 0.75, interval: float = 0.25,
-                 probe: Callable[[], float | None] | None = None) -> None:
+                 probe: Callable[[], float | None] | None = None, slots: Path | None = None) -> None:
         self.capacity = capacity
         self.idle_share = idle_share
         self.interval = interval
@@ -137,13 +158,18 @@ class Admission:
         self.most_at_once = 0  # the most gradings that ran at once (a benchmark prints it)
         self._changed = threading.Condition()
         self._watched_since: float | None = None  # when the cores' idleness began to be watched
+        self.slots = slots
+        self._held = threading.local()  # the slot files a thread's gradings hold
+        if slots is not None:
+            slots.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def enter(self, stop: threading.Event | None = None) -> bool:
         """Wait until one more grading may start, and count it in; False if ``stop`` was set
         first (nothing is counted then)."""
         with self._changed:
             while not (stop is not None and stop.is_set()):
-                if self._may_enter():
+                allowed = self._may_enter()
+                if allowed and self._take_slot(allowed):
                     self.running += 1
                     self.most_at_once = max(self.most_at_once, self.running)
                     return True
@@ -154,6 +180,9 @@ class Admission:
         """A grading is over."""
         with self._changed:
             self.running -= 1
+            held = getattr(self._held, "fds", None)
+            if held:
+                os.close(held.pop())  # its lock goes with it
             self._changed.notify()
 
     @contextmanager
@@ -165,19 +194,54 @@ class Admission:
         finally:
             self.leave()
 
-    def _may_enter(self) -> bool:
-        if self.running < self.capacity.base:
-            self._watched_since = None
+    def _take_slot(self, allowed: int) -> bool:
+        """Lock a free slot of the machine's among the first ``allowed`` (True without
+        ``slots``); another process may have taken the last one first."""
+        if self.slots is None:
             return True
-        if self.running >= self.capacity.most:
-            return False
+        for number in range(allowed):
+            fd = os.open(self.slots / f"{number}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._held.fds = [*getattr(self._held, "fds", []), fd]
+            return True
+        return False
+
+    def _running(self) -> int:
+        """Gradings running now: this process's, or the machine's where slots are shared."""
+        if self.slots is None:
+            return self.running
+        busy = 0
+        for number in range(self.capacity.most):
+            fd = os.open(self.slots / f"{number}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                busy += 1
+            finally:
+                os.close(fd)
+        return busy
+
+    def _may_enter(self) -> int:
+        """How many slots a grading may be let into now: ``base`` while fewer run, all of them
+        once the cores were seen idle, 0 while it must wait."""
+        running = self._running()
+        if running < self.capacity.base:
+            self._watched_since = None
+            return self.capacity.base
+        if running >= self.capacity.most:
+            return 0
         now = time.monotonic()
         if self._watched_since is None:
             self._watched_since = now
             self.probe()  # from here
-            return False
+            return 0
         if now - self._watched_since < self.interval:
-            return False
+            return 0
         idle = self.probe()
         self._watched_since = now  # the next extra grading is weighed on a fresh look
-        return idle is not None and idle >= self.idle_share
+        return self.capacity.most if idle is not None and idle >= self.idle_share else 0

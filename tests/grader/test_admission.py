@@ -83,3 +83,61 @@ def test_capacity_is_bounded_by_memory_and_sandbox_users() -> None:
     assert capacity(cores=16, memory_mb=100_000, workers_free=10).most == 5
     assert capacity(cores=4, memory_mb=10).most == 1
     assert Capacity(cores=8, most=3).base == 3
+
+
+def test_processes_sharing_slots_count_each_others_gradings(tmp_path) -> None:
+    # Two admissions over one folder of slots, as two processes of one machine have: busy cores
+    # let in one grading per core across both.
+    first = Admission(Capacity(cores=1, most=3), interval=0.05, probe=lambda: 0.0, slots=tmp_path)
+    second = Admission(Capacity(cores=1, most=3), interval=0.05, probe=lambda: 0.0, slots=tmp_path)
+    assert first.enter()
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    assert second.enter(stop) is False
+    first.leave()
+    assert second.enter()
+    second.leave()
+
+
+def test_shared_slots_still_let_more_in_while_the_cores_are_idle(tmp_path) -> None:
+    first = Admission(Capacity(cores=1, most=3), interval=0.05, probe=lambda: 2.0, slots=tmp_path)
+    second = Admission(Capacity(cores=1, most=3), interval=0.05, probe=lambda: 2.0, slots=tmp_path)
+    assert first.enter() and second.enter() and first.enter()
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    assert second.enter(stop) is False  # the machine's most: three
+
+
+class _Cycle:
+    """Garbage whose collection runs Python code: the collector, started while a tree is
+    being built, lets another thread run in the middle of it."""
+
+    def __del__(self) -> None:
+        time.sleep(0)
+
+
+def test_the_graders_parses_in_threads_never_trip_over_each_other() -> None:
+    # CPython 3.11 counts a tree's depth per interpreter (python/cpython#106905): threads
+    # parsing while the collector switches between them fail with SystemError (ast.parse in
+    # place of parse below fails so, about one time in two) unless parsing is one at a time.
+    from grader.core.parsing import parse
+
+    source = "x = " + "(" * 60 + "1" + ")" * 60 + "\n" + "def f():\n    return [[[[[1]]]]]\n" * 200
+    failures: list[BaseException] = []
+
+    def many() -> None:
+        try:
+            for _ in range(40):
+                for _ in range(300):
+                    garbage = _Cycle()
+                    garbage.me = garbage
+                parse(source)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=many) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
