@@ -15,7 +15,7 @@ $(BIN)/python:
 # and tinyllm: no torch, no service); the tests need every extra.
 $(VENV)/.installed-core: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[service]'
 	touch $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.installed-core

@@ -12,13 +12,16 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from grader.core.paths import default_layout
 from grader.sandbox.userns import kernel_refusal
+from tests.services import free_port, kill_group
 
 REPO = default_layout().root
 DEMO_USER = "mutagrade-demo"  # an ordinary user with a home, made for this test
@@ -101,10 +104,43 @@ def test_make_demo_on_a_fresh_clone_as_an_unprivileged_user(workdir):
         # Untrusted grading still refuses here.
         assert grade.returncode == 2 and "sandbox mode auto needs layer(s)" in grade.stderr, grade.stderr
 
+    # The service's commands run from the demo's venv, and the README's three commands give a
+    # first served submission.
+    for command in (["serve", "--help"], ["admin", "--help"], ["submit", "--help"], ["worker", "--help"]):
+        done = _run([".venv/bin/mutagrade", *command], clone, how, timeout=60)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+    if namespaces:
+        _first_served_submission(clone, how)
+
     # tinyllm comes with the install: the course tests run in the venv with no PYTHONPATH.
     course = _run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "reference/tests"], clone, how, timeout=300)
     assert course.returncode == 0, course.stdout[-3000:]
     assert course.stdout.splitlines()[-1].startswith("10 passed"), course.stdout[-500:]
+
+
+def _first_served_submission(clone: Path, how: dict) -> None:
+    """The README's quick start of the service: serve, a token, a submit that waits for its report."""
+    port = free_port()
+    server = subprocess.Popen([".venv/bin/mutagrade", "serve", "--port", str(port)], cwd=clone,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, **how)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.stderr.read().decode(errors="replace")[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        token = _run([".venv/bin/mutagrade", "admin", "token", "create", "--user", "alice", "--role", "student"],
+                     clone, how, timeout=120)
+        assert token.returncode == 0, token.stderr[-2000:]
+        env = {**how["env"], "MUTAGRADE_TOKEN": token.stdout.strip()}
+        submit = _run([".venv/bin/mutagrade", "submit", "examples/student", "--server", f"http://127.0.0.1:{port}"],
+                      clone, {**how, "env": env}, timeout=300)
+        assert submit.returncode == 0 and "VERDICT: PASSED" in submit.stdout, submit.stdout[-3000:] + submit.stderr[-2000:]
+    finally:
+        kill_group(server)
 
 
 def test_make_demo_on_a_fresh_clone_as_root_sets_the_sandbox_up_first(workdir):

@@ -369,3 +369,27 @@ def test_a_student_who_loosens_the_packages_limits_is_still_judged_by_the_course
     assert graded.returncode == 1 and not report["journal"]["ok"], graded.stderr[-2000:]
     assert any("test_slow.py::test_slow_but_right: timeout when its green snapshot was replayed" in p
                for p in report["journal"]["problems"]), report["journal"]["problems"]
+
+
+def _interpreter(name: str) -> str:
+    """A working ``name`` (python3.12): on the PATH, or among pyenv's versions."""
+    candidates = [shutil.which(name), *map(str, sorted(Path.home().glob(f".pyenv/versions/*/bin/{name}")))]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    raise AssertionError(f"no working {name} on this machine (PATH or ~/.pyenv/versions)")
+
+
+@pytest.mark.parametrize("python", ["python3.11", "python3.12"])
+def test_the_package_builds_from_a_fresh_venv_of_each_supported_python(python, tmp_path):
+    """A new instructor's venv: 3.11's comes with an old setuptools, 3.12's with none; the build
+    brings its own pinned setuptools in an isolated environment either way."""
+    found = _interpreter(python)
+    venv = tmp_path / "venv"
+    subprocess.run([found, "-m", "venv", str(venv)], check=True, capture_output=True)
+    done = subprocess.run([str(venv / "bin" / "python"), "packaging/student/build.py", "--dist", str(tmp_path / "dist")],
+                          cwd=LAYOUT.root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [built] = (tmp_path / "dist").glob("mutagrade_student-*-py3-none-any.whl")
+    with zipfile.ZipFile(built) as archive:
+        assert "grader/student_cli.py" in archive.namelist()

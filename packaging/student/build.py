@@ -2,8 +2,10 @@
 student-package``) writes ``DIR/mutagrade_student-<version>-py3-none-any.whl``.
 
 Exactly the files ``packaging/student/pyproject.toml`` lists are staged in a temporary folder
-with that pyproject, and pip builds the wheel from there with the setuptools already installed:
-no network, no build isolation. The wheel is then read back: a file in it that was not listed
+with that pyproject, and pip builds the wheel from there in an isolated build environment with
+the pinned setuptools its ``[build-system]`` names (taken from the package index, or pip's cache):
+whatever the Python (3.11's venvs come with an old setuptools, 3.12's with none) and whoever
+runs it, the same build. The wheel is then read back: a file in it that was not listed
 (or a listed one missing) stops the build, so nothing else of the checkout can slip in.
 """
 
@@ -55,8 +57,8 @@ def build(dist: Path) -> Path:
         shutil.copyfile(HERE / "pyproject.toml", stage / "pyproject.toml")
         out = Path(tmp) / "wheels"
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check", "--wheel-dir", str(out), str(stage)],
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--disable-pip-version-check",
+             "--wheel-dir", str(out), str(stage)],
             capture_output=True, text=True,
         )
         if done.returncode != 0:
