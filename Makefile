@@ -6,7 +6,7 @@ export OPENBLAS_NUM_THREADS := 1
 export OMP_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: demo test venv system sandbox bytecode lint clean student-package
+.PHONY: demo test check venv system sandbox bytecode lint clean student-package
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,18 @@ sandbox: $(VENV)/.installed-core
 
 test: venv system sandbox bytecode
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The inner loop: the unit, layout and docs tests, none of which starts a grading's workers, a
+# server or a service (under a minute here; `make test` stays the whole suite).
+CHECK_TESTS = tests/test_layout.py tests/test_docs.py \
+	tests/grader/test_scoring_unit.py tests/grader/test_scheduler_unit.py tests/grader/test_protocol.py \
+	tests/grader/test_caps.py tests/grader/test_assignment.py tests/grader/test_policy.py \
+	tests/grader/test_copies.py tests/grader/test_lazymodule.py tests/grader/test_admission.py \
+	tests/grader/test_judgement.py tests/grader/test_report.py tests/grader/test_variants.py \
+	tests/grader/test_code_cache.py tests/grader/test_junit_schema.py tests/grader/test_student_text.py
+
+check: venv bytecode
+	$(BIN)/python -m pytest -q $(CHECK_TESTS)
 
 lint: venv
 	$(BIN)/ruff check grader reference fixtures tests
