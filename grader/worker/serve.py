@@ -47,7 +47,7 @@ from grader.core.protocol import FrameError, JobSettings, RunHeader, RunResult, 
 from grader.worker.boundary import Connection
 from grader.worker.child import TestSession
 from grader.worker.setup import SERVED_FROM, import_common, next_job, prepare_job, use_package
-from grader.worker.watch import Run
+from grader.worker.watch import MEMORY_CHECK_S, Run
 from grader.worker.zygote import Zygote, private_view
 
 __all__ = ["NICENESS", "main", "serve"]
@@ -98,6 +98,7 @@ class _Worker:
         self.reaping: list[_Reap] = []  # test processes (and the zygote's warm-up) not yet waited for
         self.waiting: list[JobSettings] = []  # the next job, once every run of this one has ended
         self.reading = True
+        self.memory_due = 0.0  # when the runs' memory is next read
 
     def _ensure_zygote(self) -> str:
         """Start the zygote if it is not running; returns why it cannot be, or ""."""
@@ -157,7 +158,9 @@ class _Worker:
                 else:
                     self._read(key.data)
             now = time.monotonic()
-            self._check_memory()
+            if now >= self.memory_due:  # every MEMORY_CHECK_S, not at each event of each run
+                self.memory_due = now + MEMORY_CHECK_S
+                self._check_memory()
             for run in list(self.runs):
                 run.check(now)
                 if run.over:

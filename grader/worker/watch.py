@@ -24,7 +24,7 @@ import time
 
 from grader.core.protocol import Budget, JobSettings, Outcome, RunEvent, RunHeader, RunResult, TestResult
 
-__all__ = ["GRACE_S", "Run"]
+__all__ = ["GRACE_S", "MEMORY_CHECK_S", "Run"]
 
 GRACE_S = 2.0  # seconds an interrupted test has to stop before its run is killed
 _MESSAGE_CAP = 2000
@@ -76,6 +76,7 @@ class Run:
         self.budget_kind: Budget | None = None  # which ran out
         self.killed_why = ""
         self.ended: tuple[int, float] | None = None  # the test process's status and CPU time
+        self.cpu_due = self.started  # when the run's CPU time is next read
         self.eof = False
         self.kill_pending = False
 
@@ -230,8 +231,11 @@ class Run:
                 return
         if self.wall_deadline is not None and now > self.wall_deadline:
             self._out_of_budget(Budget.WALL)
-        elif self.header.cpu_budget is not None and self.cpu_so_far() > self.header.cpu_budget:
-            self._out_of_budget(Budget.CPU)
+        elif self.header.cpu_budget is not None and now >= self.cpu_due:
+            # Read from /proc every MEMORY_CHECK_S, not at each of the run's events.
+            self.cpu_due = now + MEMORY_CHECK_S
+            if self.cpu_so_far() > self.header.cpu_budget:
+                self._out_of_budget(Budget.CPU)
 
     def _out_of_budget(self, kind: Budget) -> None:
         self.budget = self.current[0] if self.current else "(collecting the tests)" if self.collected is None else "(between tests)"
