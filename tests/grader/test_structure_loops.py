@@ -119,3 +119,16 @@ def test_the_runs_of_a_grading_are_capped() -> None:
     # Room for the honest case (two reference runs, every variant once, every kill confirmed,
     # rechecks among them) and not much more.
     assert 2 + 2 * len(variants) <= cap <= 8 * len(variants)
+
+
+def test_a_grading_past_its_run_cap_stops_and_says_so(monkeypatch, tmp_path: Path) -> None:
+    # An honest suite never meets the cap; lowered to one run a variant, the bundled suite does.
+    from grader.run import scheduler
+
+    monkeypatch.setattr(scheduler, "MAX_RUNS_PER_VARIANT", 1)
+    suite = LAYOUT.root / "examples" / "student" / "python" / "tests" / "l3-3-gru"
+    report = grade_suite(suite, layout=LAYOUT, assignment=FAST, sandbox="none")
+    cap = 2 + len(build_variants(LAYOUT))
+    assert report.timing.runs <= cap
+    assert not report.passed
+    assert any(f"grading's cap of {cap} suite runs reached" in str(r) for r in report.reasons), report.reasons
