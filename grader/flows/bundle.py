@@ -8,7 +8,9 @@ on a second line), which ``setup.sh`` clones. An assignment file given replaces 
 ``mutants/assignment.toml`` (``assignment.toml`` beside the scripts when the checkout is cloned).
 
 The zip is the same byte for byte for the same checkout: its entries are sorted and dated
-1980-01-01, with their modes (the scripts 0755).
+1980-01-01, with their modes (the scripts 0755). The command also says the points to set the
+assignment to on Gradescope: the ``max_score`` its ``results.json`` scores out of, one per
+mutant of the manifest (:func:`grader.report.gradescope.gradescope_points`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import Layout
+from grader.report.gradescope import gradescope_points
 
 __all__ = ["BundleError", "BundleSummary", "build_gradescope_bundle", "run_bundle_command"]
 
@@ -48,6 +51,7 @@ class BundleSummary:
     files: int
     size: int
     source: str  # where setup.sh installs mutagrade from, in words
+    points: float  # what results.json scores out of: the assignment's points on Gradescope
 
 
 def build_gradescope_bundle(
@@ -73,7 +77,7 @@ def build_gradescope_bundle(
         AssignmentError, ManifestError: the assignment or the manifest does not load.
     """
     from grader.core.assignment import load_assignment
-    from grader.core.variants import build_variants
+    from grader.core.variants import VariantKind, build_variants
 
     if ref is not None and repository is None:
         raise BundleError("--ref needs --repository: a branch or tag of which repository?")
@@ -99,7 +103,9 @@ def build_gradescope_bundle(
         assignment_text = assignment.read_bytes()
     else:
         load_assignment(layout.assignment)
-    build_variants(layout)  # the manifest and every patch apply
+    variants = build_variants(layout)  # the manifest and every patch apply
+    # Counted as the scoring counts the mutants it grades (score.total, results.json's max_score).
+    points = gradescope_points(sum(v.kind is VariantKind.MUTANT for v in variants))
 
     entries: list[tuple[str, bytes, int]] = [(name, (scripts / name).read_bytes(), 0o755) for name in SCRIPTS]
     if repository is not None:
@@ -116,7 +122,7 @@ def build_gradescope_bundle(
             entries.append((f"mutagrade/{relative}", data, 0o755 if os.access(path, os.X_OK) else 0o644))
         source = f"the copy of {layout.root} inside it (mutagrade/)"
     size = _write_zip(output, entries)
-    return BundleSummary(path=output, files=len(entries), size=size, source=source)
+    return BundleSummary(path=output, files=len(entries), size=size, source=source, points=points)
 
 
 def _checkout_files(root: Path, *, skip: set[Path]) -> list[tuple[str, Path]]:
@@ -181,6 +187,9 @@ def run_bundle_command(args: argparse.Namespace, layout: Layout) -> int:
         return 2
     print(f"wrote {summary.path} ({summary.files} files, {summary.size / 1024:.0f} KiB)")
     print(f"setup.sh installs mutagrade from {summary.source}, and its sandbox;")
-    print("run_autograder grades /autograder/submission (python/tests/l3-3-gru/ and .tdd/, or *.py at its top)")
-    print("upload it as the autograder of a Gradescope programming assignment (an Ubuntu base image)")
+    print("run_autograder grades /autograder/submission as the service takes an upload (python/tests/l3-3-gru/ "
+          "and .tdd/, or test files at its top, either possibly in one wrapping folder)")
+    print("upload it as the autograder of a Gradescope programming assignment (an Ubuntu 22.04 or 24.04 base image)")
+    print(f"Set the assignment's points to {summary.points:g} on Gradescope: results.json scores out of "
+          f"{summary.points:g}, one point per mutant.")
     return 0

@@ -45,7 +45,7 @@ from grader.report._common import (
 if TYPE_CHECKING:
     from grader.core.assignment import Assignment
 
-__all__ = ["GradescopeOptions", "gradescope_options", "render_gradescope"]
+__all__ = ["GradescopeOptions", "gradescope_options", "gradescope_points", "render_gradescope"]
 
 _VISIBLE = "visible"
 
@@ -81,6 +81,16 @@ def gradescope_options(assignment: Assignment) -> GradescopeOptions:
     )
 
 
+def gradescope_points(mutants: int) -> float:
+    """The points ``results.json`` scores out of (its ``max_score``), in either mode: one per
+    mutant graded. The assignment's points on Gradescope must be set to it.
+
+    Args:
+        mutants: how many mutants a grading counts (hidden ones included).
+    """
+    return float(mutants)
+
+
 def render_gradescope(
     report: Report, options: GradescopeOptions | None = None, *, revealed: Report | None = None
 ) -> str:
@@ -110,7 +120,7 @@ def render_gradescope(
         tests += _revealed_tests(report, revealed, options.hidden_hints)
     results: dict[str, Any] = {
         "score": score,
-        "max_score": float(total),
+        "max_score": gradescope_points(total),
         "execution_time": max(0, round(report.timing.total_s)),  # the journal's replay included
         "output": printable(_summary(report, options)),
         "visibility": _VISIBLE,
@@ -124,7 +134,7 @@ def _points(report: Report, options: GradescopeOptions) -> float:
     if options.score == "kills":
         return float(report.score.killed)
     if report.passed:
-        return float(report.score.total)
+        return gradescope_points(report.score.total)  # full points
     return round(report.score.killed * options.not_passed_share, 2)
 
 

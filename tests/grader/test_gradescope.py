@@ -18,7 +18,7 @@ from grader.core.assignment import AssignmentError, load_assignment
 from grader.core.models import JournalSummary, MutantVerdict, PolicySummary, Report, Score, Timing
 from grader.core.paths import default_layout
 from grader.report import render
-from grader.report.gradescope import GradescopeOptions, gradescope_options, render_gradescope
+from grader.report.gradescope import GradescopeOptions, gradescope_options, gradescope_points, render_gradescope
 from grader.core.variants import VariantKind, build_variants
 from tests.grader.test_report import HIDDEN_HINT, HIDDEN_REAL_TITLE, S02_HINT, failing_report, passing_report
 
@@ -126,6 +126,17 @@ def test_kills_mode_scores_one_point_per_killed_mutant(passing: Report, failing:
         assert sum(t.score for t in results.tests) == results.score
         assert results.output.startswith("PASSED" if report.passed else "NOT PASSED")
         assert "The score counts killed mutants only." in results.output
+
+
+# ---------------------------------------------------------------------- the points
+def test_max_score_is_the_points_staff_set_on_gradescope_one_per_mutant(passing: Report, failing: Report) -> None:
+    """``mutagrade bundle gradescope`` tells staff this number: it must be what results.json
+    scores out of, whatever the mode and the verdict."""
+    for report in (passing, failing, _suite(3, passed=False, total=7)):
+        for mode in ("verdict", "kills"):
+            results = _results(report, GradescopeOptions(score=mode))
+            assert results.max_score == gradescope_points(report.score.total) == float(report.score.total)
+    assert gradescope_points(12) == 12.0 and type(gradescope_points(12)) is float
 
 
 # ---------------------------------------------------------------------- the fields
