@@ -46,19 +46,22 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
         audience = Audience(args.audience)
         reveal = (args.format == "gradescope" and audience is Audience.STUDENT
                   and assignment.gradescope_hidden_hints != "never")
-        report = grade_suite(
-            suite.tests,
-            layout=layout,
-            assignment=assignment,
-            policy=args.policy == "on",
-            journal=journal,
-            audience=Audience.STAFF if reveal else audience,
-            jobs=args.jobs,
-            submission=suite.name,
-            sandbox=args.sandbox,
-            full_matrix=args.full_matrix,
-            launched=launched,
-        )
+        try:
+            report = grade_suite(
+                suite.tests,
+                layout=layout,
+                assignment=assignment,
+                policy=args.policy == "on",
+                journal=journal,
+                audience=Audience.STAFF if reveal else audience,
+                jobs=args.jobs,
+                submission=suite.name,
+                sandbox=args.sandbox,
+                full_matrix=args.full_matrix,
+                launched=launched,
+            )
+        except GradingInputError as exc:  # it names the archive's members, not where they were unpacked
+            raise GradingInputError(suite.relabel(str(exc))) from None
     staff = None
     if reveal:
         from grader.core.scoring import student_view

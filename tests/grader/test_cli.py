@@ -245,3 +245,16 @@ def test_grade_collects_garbage_without_walking_what_its_imports_made():
     assert (code, enabled) == ("0", "True"), done.stderr
     assert int(frozen) > 20_000  # the grader, pydantic and the models, made while the collector was off
     assert int(collections) > 0  # and the grading's own garbage is collected as usual
+
+
+def test_grade_an_archive_without_tests_names_the_archive_not_where_it_was_unpacked(tmp_path):
+    import tarfile
+
+    archive = tmp_path / "mine.tar.gz"
+    notes = tmp_path / "notes.py"
+    notes.write_text("x = 1\n")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(notes, arcname="notes.py")
+    done = mutagrade("grade", str(archive))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "mine.tar.gz" in done.stderr and "mutagrade-grade-" not in done.stderr, done.stderr
