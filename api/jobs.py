@@ -1,25 +1,23 @@
 """Grading one stored submission: the job every queue backend runs, by submission id.
 
-Idempotent: it re-fetches the archive from the database, grades it in a fresh temporary folder
-and stores the report only if it still holds the claim on the submission.
+Idempotent: it re-fetches the archive from the database, opens it as every intake opens a
+submission (:func:`grader.flows.intake.open_submission`: unpacked into a fresh temporary folder,
+its tests found and its journal verified), and stores the report only if it still holds the
+claim on the submission.
 """
 
 from __future__ import annotations
-
-import tempfile
-from pathlib import Path
 
 from sqlalchemy.orm import sessionmaker
 
 from api import crud
 from api.config import Settings, archive_limits, layout_of
-from grader.flows.archive import ArchiveError, unpack
 from api.db import Submission
 from grader.core.assignment import load_assignment
 from grader.core.caps import report_json_within
 from grader.flows.grading import GradingInputError, grade_suite
-from grader.core.journal import NO_JOURNAL, JournalFormatError
-from grader.core.models import Audience, JournalSummary
+from grader.flows.intake import Upload, open_submission
+from grader.core.models import Audience
 from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
 from grader.sandbox.base import SandboxUnavailable
@@ -50,8 +48,9 @@ def grade_submission(
 ) -> bool:
     """Grade a claimed submission and store the outcome; returns whether it was stored.
 
-    Bad input (an archive that no longer unpacks, a malformed journal) is stored as the
-    submission's error, as is a failure of the grader itself.
+    Bad input (an archive that no longer unpacks, tests where they cannot be told) is stored
+    as the submission's error, as is a failure of the grader itself; a journal that cannot be
+    read is one that does not verify, and the suite is graded.
 
     Args:
         hold_claim: when the sandbox is unavailable, keep the claim (the caller waits and
@@ -64,34 +63,30 @@ def grade_submission(
     """
     layout = layout_of(settings)
     assignment = load_assignment(layout.assignment)
-    unpacked = ""
+    upload = Upload(submission.archive_name, submission.archive)
     try:
-        with tempfile.TemporaryDirectory(prefix="mutagrade-submission-") as tmp:
-            unpacked = tmp
-            files = unpack(submission.archive, Path(tmp), archive_limits(settings))
-            journal = None
-            if files.journal is None and assignment.require_journal:
-                journal = JournalSummary(checked=True, ok=False, problems=[NO_JOURNAL])
-            report = grade_suite(
-                files.tests,
-                layout=layout,
-                assignment=assignment,
-                journal=journal,
-                journal_file=files.journal,  # verified under the grading's own limits
-                audience=Audience.STAFF,
-                jobs=settings.grade_jobs,
-                submission=f"submission {submission.id} ({submission.archive_name})",
-                full_matrix=bool(submission.full_matrix),
-                pool=pool,
-            )
+        with open_submission(upload, layout=layout, assignment=assignment, archive_limits=archive_limits(settings),
+                             limits=RunLimits.of(assignment, jobs=settings.grade_jobs)) as opened:
+            try:
+                report = grade_suite(
+                    opened.tests,
+                    layout=layout,
+                    assignment=assignment,
+                    journal=opened.journal,  # its replay counts against the grading's budgets
+                    audience=Audience.STAFF,
+                    jobs=settings.grade_jobs,
+                    submission=f"submission {submission.id} ({submission.archive_name})",
+                    full_matrix=bool(submission.full_matrix),
+                    pool=pool,
+                )
+            except GradingInputError as exc:  # files named as in the archive, not where it was unpacked
+                raise GradingInputError(opened.relabel(str(exc))) from None
     except SandboxUnavailable as exc:
         return _without_sandbox(submission, exc, settings=settings, make_session=make_session, worker=worker,
                                 release=not hold_claim)
-    except (ArchiveError, GradingInputError, JournalFormatError) as exc:
-        # Files named as in the archive, not where it was unpacked.
-        why = str(exc).replace(unpacked, submission.archive_name) if unpacked else str(exc)
+    except GradingInputError as exc:
         with make_session() as session:
-            return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {why}")
+            return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {exc}")
     except Exception as exc:  # noqa: BLE001 - recorded, and the worker goes on with the next job
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"internal error: {exc!r}")

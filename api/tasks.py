@@ -108,6 +108,14 @@ def grade(task: JobTask, submission_id: int) -> str:
     # claimed_by holds 100 characters; a long host name must not push the task id out of it.
     worker = f"{socket.gethostname()[:50]}:{os.getpid()}:{task.request.id}"
     make_session = task.process.sessions()
+    # One grading per core, more while the cores sit idle (grader.run.admission): the job is
+    # claimed once this one may start, so its time graded is its own.
+    with task.process.admission().slot():
+        return _claim_and_grade(task, submission_id, worker=worker, make_session=make_session)
+
+
+def _claim_and_grade(task: JobTask, submission_id: int, *, worker: str, make_session: sessionmaker) -> str:
+    settings = task.settings
     try:
         with make_session() as session:
             submission = crud.claim_next(session, worker=worker, lease_s=settings.lease_s)
@@ -131,11 +139,8 @@ def _grade_held(task: JobTask, submission: Submission, *, worker: str, make_sess
     started = time.monotonic()
     while True:
         try:
-            # One grading per core, more while the cores sit idle (grader.run.admission): the
-            # claim is renewed by the heartbeat meanwhile.
-            with task.process.admission().slot():
-                return grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
-                                        pool=task.process.pool(), hold_claim=True)
+            return grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
+                                    pool=task.process.pool(), hold_claim=True)
         except GradingDeferred as deferred:
             # This worker's sandbox is not ready: it keeps the job (the others stay in the
             # broker for other workers), takes no other meanwhile, and tries again once the

@@ -22,7 +22,8 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from grader.core.assignment import load_assignment  # noqa: E402
-from grader.flows.batch import STUDENT_TESTS, grade_batch  # noqa: E402
+from grader.flows.batch import grade_batch  # noqa: E402
+from grader.flows.intake import STUDENT_TESTS  # noqa: E402
 from grader.core.paths import default_layout  # noqa: E402
 
 

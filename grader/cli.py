@@ -156,14 +156,15 @@ def _assignment(args: argparse.Namespace, layout: Layout):
 def _launch_early(args: argparse.Namespace, layout: Layout):
     """Start the grading's workers now, before the heavy imports and the policy check, or
     None when that cannot be done here (the grading then says why, in its own words)."""
+    from grader.flows.intake import locate
     from grader.run.launch import launch_grading
     from grader.sandbox.base import SandboxError
 
-    tests = Path(args.tests_dir)
-    if not tests.is_dir():
+    folder = Path(args.tests_dir)
+    if not folder.is_dir():
         return None
-    try:
-        return launch_grading(layout=layout, tests_dir=tests, mode=args.sandbox)
+    try:  # the tests the grading will take from the folder (grader.flows.intake)
+        return launch_grading(layout=layout, tests_dir=locate(folder).tests, mode=args.sandbox)
     except (SandboxError, OSError, ValueError):
         return None
 

@@ -62,10 +62,11 @@ def _course_limits(layout: Layout) -> RunLimits:
 
 
 def student_repo(args: argparse.Namespace):
-    """The student's repository named by ``--repo``/``repo``, ``--impl`` and ``--tests``."""
-    from grader.flows.tdd import StudentRepo
+    """The student's repository named by ``--repo``/``repo``, ``--impl`` and ``--tests``; with
+    no ``--repo``, the one the current folder is in (:func:`grader.flows.tdd.find_root`)."""
+    from grader.flows.tdd import StudentRepo, find_root
 
-    root = Path(args.repo)
+    root = Path(args.repo) if args.repo is not None else find_root(Path.cwd())
     if not root.is_dir():
         raise UsageError(f"{root}: expected the root folder of your repository")
     return StudentRepo(root=root, impl=Path(args.impl), tests=Path(args.tests))
@@ -73,23 +74,31 @@ def student_repo(args: argparse.Namespace):
 
 # ---------------------------------------------------------------------- commands
 def run_tdd(args: argparse.Namespace, layout: Layout) -> int:
-    """``tdd red|green|status`` against the course tests of ``layout`` (the staff command's
-    ``--root``, or the course this package installed)."""
+    """``tdd red|green|status|undo`` against the course tests of ``layout`` (the staff command's
+    ``--root``, or the course this package installed). A refused red or undo is bad input (exit
+    2: nothing was recorded); a refused green is a check that did not pass (exit 1), unless
+    the tests break the policy (exit 2, as to every command)."""
     from grader.core.journal import Phase
-    from grader.flows.tdd import Refused, record, status
+    from grader.flows.tdd import Refused, SuiteRefused, explained, record, status, undo
 
     repo = student_repo(args)
     if args.phase == "status":
         print(status(repo))
         return EXIT_OK
-    phase = Phase(args.phase)
     try:
-        entry = record(repo, phase, layout=layout, limits=_course_limits(layout))
+        if args.phase == "undo":
+            print(undo(repo))
+            return EXIT_OK
+        recorded = record(repo, Phase(args.phase), layout=layout, limits=_course_limits(layout))
     except Refused as exc:
-        print(f"mutagrade tdd {phase.value}: refused: {exc}", file=sys.stderr)
-        return EXIT_NOT_PASSED
-    if phase is Phase.RED:
-        print(f"red recorded (entry {entry.seq}): new failing test(s): {', '.join(entry.introduced)}")
+        print(f"mutagrade tdd {args.phase}: refused: {exc}", file=sys.stderr)
+        if isinstance(exc, SuiteRefused):  # a policy violation: bad input to every command
+            return EXIT_BAD_INPUT
+        return EXIT_NOT_PASSED if args.phase == Phase.GREEN else EXIT_BAD_INPUT
+    entry = recorded.entry
+    if entry.phase is Phase.RED:
+        print(f"red recorded (entry {entry.seq}): new failing test(s): {', '.join(entry.introduced)}"
+              + explained(recorded.failures))
         print("Next: make them pass by changing the implementation, then run `mutagrade tdd green`.")
     else:
         print(f"green recorded (entry {entry.seq}): all {len(entry.outcomes)} tests pass.")
@@ -110,7 +119,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     found = local_check(repo, layout=layout, limits=_course_limits(layout))
     print(render_local_check(found), flush=True)
     if not found.policy.ok:  # the server would refuse the suite as it is
-        print("Mutation grade: not submitted: fix the policy violations above first")
+        fix = (f"{found.policy.refusal}; fix what Policy lists above first" if found.policy.syntax_errors
+               else "fix the policy violations above first")
+        print(f"Mutation grade: not submitted: {fix}")
         return EXIT_BAD_INPUT
     if source.missing:
         print(source.missing)
@@ -157,8 +168,10 @@ def _repo_options(command: argparse.ArgumentParser) -> None:
 def add_tdd_command(commands: argparse._SubParsersAction, *, help: str, run: Callable[..., int]) -> None:
     """The ``tdd`` command, as this package's command and the staff command both have it."""
     tdd = commands.add_parser("tdd", help=help)
-    tdd.add_argument("phase", choices=("red", "green", "status"))
-    tdd.add_argument("--repo", default=".", help="your repository's root (default: here)")
+    tdd.add_argument("phase", choices=("red", "green", "status", "undo"),
+                     help="red, green: record a step; status: where the cycle stands; undo: remove the newest entry")
+    tdd.add_argument("--repo", help="your repository's root (default: the nearest folder from here up that "
+                     "holds .tdd/, or else .git)")
     _repo_options(tdd)
     tdd.set_defaults(run=run)
 

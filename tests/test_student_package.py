@@ -214,7 +214,7 @@ def test_tdd_status_and_red_on_a_student_repository(installed):
     assert "20 entries" in status.stdout and "Next: write ONE new test" in status.stdout, status.stdout
 
     refused = installed.run("mutagrade", "tdd", "red", cwd=repo)  # the suite runs, but nothing is new
-    assert refused.returncode == 1 and "no test is new since the last green" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "no test is new since the last green" in refused.stderr, refused.stderr
 
     (repo / "python/tests/l3-3-gru/test_new_red.py").write_text(NEW_RED)
     red = installed.run("mutagrade", "tdd", "red", cwd=repo)
@@ -357,8 +357,11 @@ def test_a_student_who_loosens_the_packages_limits_is_still_judged_by_the_course
         assert green.returncode == 0, green.stdout + green.stderr  # recorded under the loosened copy
     finally:
         assignment.write_text(shipped, encoding="utf-8")
-    course = tmp_path / "assignment.toml"
-    course.write_text(LAYOUT.assignment.read_text().replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
+    course = tmp_path / "assignment.toml"  # 1 s a test, and the journal required: it must verify to pass
+    text = LAYOUT.assignment.read_text()
+    assert "test_timeout_s = 10.0" in text and "require_journal = false" in text
+    course.write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0")
+                      .replace("require_journal = false", "require_journal = true"))
     graded = subprocess.run(
         [sys.executable, "-m", "api.cli", "grade", str(repo / "python/tests/l3-3-gru"), "--journal",
          str(repo / ".tdd/journal.jsonl"), "--assignment", str(course), "--format", "json"],
@@ -367,6 +370,7 @@ def test_a_student_who_loosens_the_packages_limits_is_still_judged_by_the_course
     )
     report = json.loads(graded.stdout)
     assert graded.returncode == 1 and not report["journal"]["ok"], graded.stderr[-2000:]
+    assert "the red-then-green journal does not verify" in report["reasons"], report["reasons"]
     assert any("test_slow.py::test_slow_but_right: timeout when its green snapshot was replayed" in p
                for p in report["journal"]["problems"]), report["journal"]["problems"]
 

@@ -26,7 +26,8 @@ class BudgetStop:
 @dataclass(frozen=True)
 class Matrix:
     """Every test on every variant: a first run of each variant, the reference's second run
-    and the confirming runs, what was not run and why, and where the budget ran out."""
+    and the confirming runs (a mutant's kills, a wheat's rejections), what was not run and why,
+    and where the budget ran out."""
 
     first: dict[str, SuiteRun]
     second: dict[str, SuiteRun]
@@ -45,6 +46,12 @@ class Matrix:
         if run is None:
             return Outcome.NOT_RUN
         return run.outcome(test_id)
+
+    def passed_again(self, test_id: str, variant: str) -> bool:
+        """Whether ``test_id``, failed on ``variant`` (a wheat) in its run, passed there when it
+        was run again under the other seed: the failure was chance's, not the variant's."""
+        again = self.second.get(variant)
+        return again is not None and again.outcome(test_id) is Outcome.PASSED
 
     def confirmed_failure(self, test_id: str, variant: str) -> bool:
         """Whether ``test_id`` failed on ``variant`` for sure: in its run and again in the

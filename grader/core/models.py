@@ -69,6 +69,7 @@ class TestOutcome(BaseModel):
     outcome: Outcome
     message: str = ""
     duration: float = 0.0
+    raised_in: str = ""  # "file.py:LINE" of the suite's own code that raised, if it did
 
 
 class SuiteRun(BaseModel):
@@ -286,11 +287,26 @@ class PolicySummary(BaseModel):
     checked: bool = True
     violations: list[str] = []
     violations_omitted: int = 0  # violations found beyond those listed (grader.core.caps)
+    syntax_errors: int = 0  # of those found, files Python cannot parse (one violation each)
 
     @property
     def found(self) -> int:
         """Every violation found, listed or not."""
         return len(self.violations) + self.violations_omitted
+
+    @property
+    def refusal(self) -> str:
+        """Why a suite with these violations is refused, a syntax error named as one: "a test
+        file has a syntax error", "the policy check failed (2 violation(s))"; "" when it holds."""
+        if self.ok:
+            return ""
+        syntax, other = self.syntax_errors, self.found - self.syntax_errors
+        if not syntax:
+            return f"the policy check failed ({self.found} violation(s))"
+        named = "a test file has a syntax error" if syntax == 1 else f"{syntax} test files have syntax errors"
+        if not other:
+            return named
+        return f"{named}, and the policy check found {other} other violation{'s' if other > 1 else ''}"
 
 
 class Timing(BaseModel):

@@ -161,6 +161,7 @@ class PolicyFindings:
 
     violations: list[Violation]
     omitted: int = 0
+    syntax_errors: int = 0  # files Python cannot parse, listed or not (one violation each)
 
     @property
     def total(self) -> int:
@@ -176,9 +177,11 @@ class _Found:
         self.limit = limit
         self.items: list[tuple[str, int, int, str, str]] = []
         self.dropped = 0
+        self.syntax_errors = 0  # counted as they are added, kept or dropped
 
     def add(self, path: str, line: int, col: int, what: str, why: str) -> None:
         self.items.append((path, line, col, cap_text(what, MAX_ID_CHARS), why))
+        self.syntax_errors += why == _WHY_SYNTAX
         if self.limit is not None and len(self.items) >= 2 * self.limit + 64:
             self._trim()
 
@@ -196,7 +199,8 @@ class _Found:
     def findings(self) -> PolicyFindings:
         self._trim()
         violations = [Violation(path=p, line=line, col=col, what=what, why=why) for p, line, col, what, why in self.items]
-        return PolicyFindings(violations=violations, omitted=self.dropped)
+        return PolicyFindings(violations=violations, omitted=self.dropped,
+                              syntax_errors=self.syntax_errors)
 
 
 # ---------------------------------------------------------------------------- public API

@@ -211,7 +211,8 @@ def read_frame(fd: int) -> dict[str, Any] | None:
 # ------------------------------------------------------------------ what comes back
 @dataclass(frozen=True)
 class TestResult:
-    """One test's outcome in a run, with a short message when it did not pass."""
+    """One test's outcome in a run, with a short message when it did not pass, and where its
+    exception was raised when that is one of the suite's own files."""
 
     __test__ = False  # not a pytest test class, despite the name
 
@@ -219,6 +220,9 @@ class TestResult:
     outcome: Outcome
     message: str = ""
     duration: float = 0.0
+    # "file.py:LINE" (relative to the tests folder) when the exception's last frame is in a file
+    # of the suite: an error of the test's own code, not of the implementation or the framework.
+    raised_in: str = ""
 
 
 @dataclass(frozen=True)
@@ -315,13 +319,14 @@ def _test_result(value: Any) -> TestResult | None:
         return None
     test_id, outcome = value.get("test_id"), value.get("outcome")
     message, duration = value.get("message", ""), value.get("duration", 0.0)
-    if not (isinstance(test_id, str) and isinstance(outcome, str) and isinstance(message, str)):
+    raised_in = value.get("raised_in", "")
+    if not all(isinstance(text, str) for text in (test_id, outcome, message, raised_in)):
         return None
     if outcome not in _OUTCOME_VALUES:
         return None
     if not isinstance(duration, (int, float)) or isinstance(duration, bool):
         return None
-    return TestResult(test_id, Outcome(outcome), message, float(duration))
+    return TestResult(test_id, Outcome(outcome), message, float(duration), raised_in)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,24 @@ def _staff_only(lines: list[Mention]) -> list[Mention]:
     return listed
 
 
+_BY_CHANCE = (
+    "passed on the reference under both seeds, and failed on a correct implementation under one seed only "
+    "(it passed there under the other): its result depends on chance (the numbers it draws, or how many of "
+    "them an earlier test took from a generator they share), so it was not run on the mutants; give it a "
+    "generator of its own with a fixed seed:"
+)
+
+
+def _none_collected(matrix: Matrix) -> str:
+    """Why no test counts when the reference's runs collected none: a file that could not be
+    collected, or no name pytest collects (its defaults: the only ones a run uses)."""
+    runs = [run for run in (matrix.first.get("reference"), matrix.second.get("reference")) if run is not None]
+    if any(run.collection_errors or run.crashed for run in runs):
+        return "no test was collected: a test file could not be collected (see the problems while running)"
+    return ("no test was collected: pytest collects the functions whose names start with `test` (or such "
+            "methods of a class named `Test*` without an `__init__`) from files named `test_*.py` or `*_test.py`")
+
+
 def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[TestStatus, str]:
     first = matrix.first["reference"].outcome(test_id)
     second_run = matrix.second.get("reference")
@@ -129,23 +147,28 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
                 f"passed on the reference, then gave {late.value} when the reference was run again "
                 "later in the grading: its result depends on when it runs, not on the implementation"
             )
-    rejected: list[str] = []
-    said: set[str] = set()
+    # Each wheat that failed it, by whether the failure held when run again under the other seed.
+    held: dict[bool, list[str]] = {True: [], False: []}
+    said: dict[bool, set[str]] = {True: set(), False: set()}
     for wheat in wheats:
         outcome = matrix.outcome(test_id, wheat.id)
         if outcome not in (Outcome.PASSED, Outcome.NOT_RUN):
             result = next((r for r in matrix.first[wheat.id].results if r.test_id == test_id), None)
             message = result.message.strip() if result else ""
             head = f"{wheat.id} ({wheat.spec.title}): {outcome.value}"
-            if message and message in said:  # every wheat failing it alike: its message once
-                rejected.append(f"{head}, with the same message")
+            kept = not matrix.passed_again(test_id, wheat.id)
+            lines, seen = held[kept], said[kept]
+            if message and message in seen:  # every wheat failing it alike: its message once
+                lines.append(f"{head}, with the same message")
                 continue
-            said.add(message)
-            rejected.extend(_failure(head, message))
-    if rejected:
+            seen.add(message)
+            lines.extend(_failure(head, message))
+    if held[True]:
         return TestStatus.BRITTLE, "\n".join(
-            ["rejects a correct implementation, so it was not run on the mutants:", *(f"  {line}" for line in rejected)]
+            ["rejects a correct implementation, so it was not run on the mutants:", *(f"  {line}" for line in held[True])]
         )
+    if held[False]:
+        return TestStatus.FLAKY, "\n".join([_BY_CHANCE, *(f"  {line}" for line in held[False])])
     return TestStatus.VALID, ""
 
 
@@ -292,10 +315,10 @@ def score_suite(
         else:
             reasons.append(f"{what} while runs were going{then}")
     if not policy.ok:
-        reasons.append(f"the policy check failed ({policy.found} violation(s)): nothing was run")
+        reasons.append(f"{policy.refusal}: nothing was run")
     invalid = [v for v in verdicts if not v.valid]
     if policy.ok and not test_ids:
-        reasons.append("no test was collected")
+        reasons.append(_none_collected(matrix))
     elif policy.ok and not any(v.valid for v in verdicts):
         reasons.append("no test is valid (every test fails on the reference or on a correct implementation, "
                        "or is a copy of a course test)")
@@ -311,10 +334,12 @@ def score_suite(
     if policy.ok and required_missing:
         commas = [", "] * (len(required_missing) - 1)
         reasons.append(Mention.of(["required mutant(s) not killed: ", *commas, ""], required_missing))
-    if journal.checked and not journal.ok:
-        reasons.append("the red-then-green journal does not verify")
-    elif assignment.require_journal and not journal.checked:
+    # A journal that does not verify costs no more than none where none is required: its
+    # problems stay in the report's journal section, and the verdict rests on the kills.
+    if assignment.require_journal and not journal.checked:
         reasons.append("the assignment requires a red-then-green journal, and none was checked")
+    elif assignment.require_journal and not journal.ok:
+        reasons.append("the red-then-green journal does not verify")
 
     return Report(
         submission=submission,

@@ -1,12 +1,11 @@
 """Batch grading for staff: every student's submission in a folder, into one CSV gradebook.
 
 One entry per student, named after the student: a folder, or an archive (``alice.zip``,
-``alice.tar.gz``: an LMS download) checked and unpacked exactly as the service checks an upload
-(:mod:`grader.flows.archive`, which needs nothing of the service). Either holds the test files at its
-root, or a student repository with the tests under ``python/tests/l3-3-gru/``; a
-``.tdd/journal.jsonl`` beside them is verified (replayed) as ``mutagrade grade --journal`` does,
-and counts in the verdict. One submission that cannot be graded (a bad archive, or one that
-breaks the grader) is a row with its problem; it never stops the batch.
+``alice.tar.gz``: an LMS download), each opened as every intake opens a submission
+(:func:`grader.flows.intake.open_submission`: an archive checked and unpacked as the service
+checks an upload, the tests found and the journal verified by the same rules as ``mutagrade
+grade``). One submission that cannot be graded (a bad archive, or one that breaks the grader)
+is a row with its problem; it never stops the batch.
 
 Several submissions are graded at once, each grading on a warm
 :class:`~grader.run.scheduler.WorkerPool` of its own (no two students' tests ever share a
@@ -18,25 +17,22 @@ their own), so the gradings wait for a replay only when replays are slower than 
 
 from __future__ import annotations
 
-import os
 import stat
-import tempfile
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grader.flows.archive import ArchiveError, ArchiveLimits, unpack
+from grader.flows.archive import ArchiveLimits
 from grader.core.assignment import Assignment
 from grader.core.caps import cap_text
-from grader.flows.grading import grade_suite
-from grader.core.journal import NO_JOURNAL, JournalFormatError
-from grader.flows.replay import verify_journal
+from grader.flows.grading import GradingInputError, grade_suite
+from grader.flows.intake import ARCHIVE_SUFFIXES, open_submission
 from grader.run.admission import Admission, machine_admission
 from grader.run.scheduler import WorkerPool
 from grader.core.models import Audience, JournalSummary, Report
@@ -45,23 +41,17 @@ from grader.run.runner import RunLimits
 from grader.sandbox.base import SandboxMode
 from grader.sandbox.status import check_mode
 from grader.report.spreadsheet import write_rows
-from grader.flows.suite_input import ARCHIVE_SUFFIXES, read_archive
 
 __all__ = [
-    "ARCHIVE_SUFFIXES",
     "MAX_AHEAD",
     "BatchRow",
-    "STUDENT_TESTS",
     "StudentSubmission",
     "find_submissions",
-    "find_tests",
     "grade_batch",
     "write_csv",
     "write_report",
 ]
 
-STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
-JOURNAL = Path(".tdd") / "journal.jsonl"
 CSV_FIELDS = ("student", "passed", "kill_rate", "killed", "total", "missing_required", "journal", "problems")
 NOT_GRADED_SCHEMA = "mutagrade.not-graded/1"
 MAX_AHEAD = 8  # each submission prepared ahead replays in a worker (and a sandbox user) of its own
@@ -114,12 +104,6 @@ class StudentSubmission:
     paths: tuple[Path, ...]
 
 
-def find_tests(submission: Path) -> Path:
-    """The folder of a submission's tests: ``python/tests/l3-3-gru`` if present, else itself."""
-    nested = submission / STUDENT_TESTS
-    return nested if nested.is_dir() else submission
-
-
 def _archive_student(name: str) -> str | None:
     return next((name[: -len(s)] for s in ARCHIVE_SUFFIXES if name.lower().endswith(s)), None)
 
@@ -161,81 +145,37 @@ class _Prepared:
     journal: JournalSummary | None = None
     error: str | None = None
     label: Callable[[str], str] = str
-    _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    _open: ExitStack = field(default_factory=ExitStack, repr=False)  # the submission, unpacked while open
 
     def close(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._open.close()
 
 
-def _relabel(root: Path, name: str) -> Callable[[str], str]:
-    """Messages name the submission's files as in the submission (``alice.zip/.tdd/...``), not
-    where the grader put them."""
-    prefix = str(root)
-    return lambda text: text.replace(prefix, name)
-
-
-def _link_in_journal(root: Path) -> str | None:
-    """The first link among the journal's files (``.tdd/``), relative to ``root``: a folder
-    handed in may hold one that points out of it; an archive never does."""
-    tdd = root / ".tdd"
-    if tdd.is_symlink():
-        return ".tdd"
-    for folder, dirs, files in os.walk(tdd):  # links to folders are listed, not followed
-        for name in dirs + files:
-            if (Path(folder) / name).is_symlink():
-                return (Path(folder) / name).relative_to(root).as_posix()
-    return None
-
-
-def _journal_of(root: Path, tests: Path, *, layout: Layout, assignment: Assignment, limits: RunLimits,
-                label: Callable[[str], str]) -> JournalSummary | None:
-    """The journal's verification, as in ``mutagrade grade --journal``; ``None`` when there is
-    none and none is required."""
-    link = _link_in_journal(root)
-    if link is not None:
-        what = "the journal must be a file" if link == JOURNAL.as_posix() else "the journal's files must be files"
-        problem = label(f"{root / link}: a link; {what} of the submission")
-        return JournalSummary(checked=True, ok=False, problems=[problem])
-    journal = root / JOURNAL
-    if not journal.is_file():
-        if assignment.require_journal:
-            return JournalSummary(checked=True, ok=False, problems=[NO_JOURNAL])
-        return None
-    try:
-        summary = verify_journal(journal, tests, layout=layout, limits=limits)
-    except JournalFormatError as exc:  # graded all the same: the journal just does not verify
-        return JournalSummary(checked=True, ok=False, problems=[label(str(exc))])
-    return summary.model_copy(update={"problems": [label(p) for p in summary.problems]})
+def _the_one(entry: StudentSubmission) -> Path:
+    """The student's one folder or archive."""
+    if len(entry.paths) > 1:
+        names = ", ".join(p.name for p in entry.paths)
+        raise _Refused(f"two submissions for {entry.student}: {names}; keep one of them")
+    [path] = entry.paths
+    if path.is_symlink():
+        raise _Refused(f"{path.name} is a link; a student's submission must be a folder or an archive of its own")
+    return path
 
 
 def _prepare(entry: StudentSubmission, *, layout: Layout, assignment: Assignment, limits: RunLimits,
              archive_limits: ArchiveLimits) -> _Prepared:
-    """Unpack the student's archive (or take the folder) and verify the journal."""
+    """Open the student's submission (:func:`grader.flows.intake.open_submission`): unpacked,
+    journal verified, until the row is graded."""
     prepared = _Prepared(entry.student)
     try:
-        if len(entry.paths) > 1:
-            names = ", ".join(p.name for p in entry.paths)
-            raise _Refused(f"two submissions for {entry.student}: {names}; keep one of them")
-        [path] = entry.paths
-        if path.is_symlink():
-            raise _Refused(f"{path.name} is a link; a student's submission must be a folder or an archive of its own")
-        if path.is_dir():
-            root, tests = path, find_tests(path)
-            prepared.label = _relabel(path, path.name)
-        else:
-            prepared._tmp = tempfile.TemporaryDirectory(prefix="mutagrade-batch-")
-            root = Path(prepared._tmp.name)
-            prepared.label = _relabel(root, path.name)
-            tests = unpack(read_archive(path, archive_limits.max_bytes), root, archive_limits).tests
-        prepared.tests = tests
-        prepared.journal = _journal_of(root, tests, layout=layout, assignment=assignment, limits=limits,
-                                       label=prepared.label)
-    except (_Refused, ArchiveError, OSError) as exc:
-        prepared.error = prepared.label(str(exc))
+        path = _the_one(entry)
+        opened = prepared._open.enter_context(open_submission(
+            path, layout=layout, assignment=assignment, limits=limits, label=path.name, archive_limits=archive_limits))
+        prepared.tests, prepared.journal, prepared.label = opened.tests, opened.journal, opened.relabel
+    except (_Refused, GradingInputError, OSError) as exc:
+        prepared.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-        prepared.error = prepared.label(f"{exc}")
+        prepared.error = f"{exc}"
     return prepared
 
 

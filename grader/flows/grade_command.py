@@ -13,15 +13,13 @@ from pathlib import Path
 
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK
 from grader.flows.grading import GradingInputError, grade_suite
-from grader.core.journal import JournalFormatError
-from grader.flows.replay import verify_journal
+from grader.flows.intake import open_submission
 from grader.run.launch import Launched
 from grader.run.runner import RunLimits
-from grader.core.models import Audience, JournalSummary, Report
+from grader.core.models import Audience, Report
 from grader.core.paths import Layout
 from grader.report import render
 from grader.report.github import append_job_summary
-from grader.flows.suite_input import SuiteInput, open_suite
 
 __all__ = ["render_report", "run_grade"]
 
@@ -39,8 +37,10 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
         gc.freeze()
         gc.enable()
     assignment = load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
-    with open_suite(Path(args.tests_dir)) as suite:
-        journal = _journal(args, suite, layout=layout, limits=RunLimits.of(assignment, jobs=args.jobs))
+    limits = RunLimits.of(assignment, jobs=args.jobs, sandbox=args.sandbox)
+    journal = Path(args.journal) if args.journal else None
+    with open_submission(Path(args.tests_dir), layout=layout, assignment=assignment, limits=limits,
+                         journal=journal) as suite:
         # Gradescope may reveal the hidden mutants after the due date (the assignment says): that
         # takes the staff report; all the rest shows its student view.
         audience = Audience(args.audience)
@@ -52,7 +52,7 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
                 layout=layout,
                 assignment=assignment,
                 policy=args.policy == "on",
-                journal=journal,
+                journal=suite.journal,
                 audience=Audience.STAFF if reveal else audience,
                 jobs=args.jobs,
                 submission=suite.name,
@@ -77,19 +77,6 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
     if report.input_refused:  # a policy violation, or more tests than the grader takes
         return EXIT_BAD_INPUT
     return EXIT_OK if report.passed else EXIT_NOT_PASSED
-
-
-def _journal(args: argparse.Namespace, suite: SuiteInput, *, layout: Layout, limits: RunLimits) -> JournalSummary | None:
-    """The journal's verification: the one ``--journal`` names, else an archive's own."""
-    if args.journal:
-        return verify_journal(Path(args.journal), suite.tests, layout=layout, limits=limits)
-    if suite.journal is None:
-        return None
-    try:
-        summary = verify_journal(suite.journal, suite.tests, layout=layout, limits=limits)
-    except JournalFormatError as exc:  # as the service takes it: the submission cannot be graded
-        raise GradingInputError(suite.relabel(str(exc))) from None
-    return summary.model_copy(update={"problems": [suite.relabel(p) for p in summary.problems]})
 
 
 def render_report(report: Report, fmt: str, assignment, revealed: Report | None = None) -> str:

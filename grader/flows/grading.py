@@ -142,11 +142,11 @@ def _grade(
     if policy:
         findings = find_violations(tests_dir)
         summary = PolicySummary(ok=not findings.total, checked=True, violations=[cap_text(str(v)) for v in findings.violations],
-                                violations_omitted=findings.omitted)
+                                violations_omitted=findings.omitted, syntax_errors=findings.syntax_errors)
     else:
         summary = PolicySummary(ok=True, checked=False)
     if not summary.ok:
-        return not_graded(f"the policy check failed ({summary.found} violation(s)): nothing was run", name=name,
+        return not_graded(f"{summary.refusal}: nothing was run", name=name,
                            variants=variants, assignment=assignment, audience=audience, policy=summary,
                            journal=journal, timing=Timing(total_s=round(time.monotonic() - started + earlier, 3),
                                                           journal_s=journal_s))

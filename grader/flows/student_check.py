@@ -72,7 +72,7 @@ def local_check(repo: StudentRepo, *, layout: Layout, limits: RunLimits) -> Loca
     findings = find_violations(repo.tests_dir)
     policy = PolicySummary(
         ok=not findings.total, violations=[cap_text(str(v)) for v in findings.violations],
-        violations_omitted=findings.omitted,
+        violations_omitted=findings.omitted, syntax_errors=findings.syntax_errors,
     )
     implementation = check_implementation(repo.impl_dir, layout=layout, limits=limits)
     journal = check_journal(repo, layout=layout, limits=limits)

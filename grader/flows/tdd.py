@@ -1,16 +1,22 @@
-"""The student's commands ``mutagrade tdd red|green|status``: keep the red-then-green journal.
+"""The student's commands ``mutagrade tdd red|green|status|undo``: keep the red-then-green journal.
 
-Run from the root of a student repository. ``red`` runs the suite against the student's own
-implementation and is accepted only when a test is new since the last green and every new test
-fails at run time; ``green`` only when the test files are byte-identical to the last red's and
-every test passes. A refusal says why and what to do, and writes nothing. The suite runs in
-the same sandboxed worker as grading.
+Run anywhere in a student repository (:func:`find_root` walks up to it). ``red`` runs the suite
+against the student's own implementation and is accepted only when a test is new since the last
+green and every new test fails at run time, and not because of an error in the test's own code
+(a ``NameError``, ``ImportError`` or ``TypeError`` raised in a test file); it shows each new
+test's failure. ``green`` is accepted only when the test files are byte-identical to the last
+red's and every test passes. ``undo`` removes the newest entry, leaving the chain before it as
+it was. A refusal says why and what to do, and writes nothing. The suite runs in the same
+sandboxed worker as grading.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from grader.core.caps import cap_lines
 from grader.core.journal import (
@@ -19,6 +25,7 @@ from grader.core.journal import (
     Journal,
     JournalEntry,
     Phase,
+    RED_OUTCOMES,
     chain_problems,
     digest_files,
     entry_line,
@@ -32,17 +39,28 @@ from grader.core.paths import Layout
 from grader.core.policy import find_violations
 from grader.run.runner import RunLimits
 
-__all__ = ["DEFAULT_IMPL", "DEFAULT_TESTS", "Refused", "StudentRepo", "record", "status"]
+__all__ = [
+    "DEFAULT_IMPL", "DEFAULT_TESTS", "TEST_CODE_ERRORS", "Recorded", "Refused", "StudentRepo", "explained",
+    "SuiteRefused", "find_root", "is_test_code_error", "record", "status", "undo",
+]
 
 DEFAULT_IMPL = Path("python")
 DEFAULT_TESTS = Path("python") / "tests" / "l3-3-gru"
 TEST_PATTERNS = ("*.py",)
 MAX_EXPLAINED = 5  # failing tests a refusal quotes the message of
 IMPL_PATTERNS = ("*.py", "*.pyi")
+# Errors that, raised in a test file itself, are mistakes in the test's code (a misspelt name,
+# an import of what is not there, a call with the wrong arguments), never a red.
+TEST_CODE_ERRORS = frozenset({"NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "TypeError"})
 
 
 class Refused(Exception):
     """The command was refused; the message says why and what to do. Nothing was written."""
+
+
+class SuiteRefused(Refused):
+    """Refused because grading would refuse the tests as they are (a policy violation): bad
+    input, as it is to ``grade`` and ``check``."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,33 @@ class StudentRepo:
     @property
     def journal_path(self) -> Path:
         return self.root / ".tdd" / "journal.jsonl"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``tdd red`` or ``tdd green`` appended, and (a red's) how each new test failed."""
+
+    entry: JournalEntry
+    failures: tuple[TestOutcome, ...] = ()
+
+
+def find_root(start: Path) -> Path:
+    """The repository ``start`` is in, found as git finds its own: the nearest folder from
+    ``start`` up that holds ``.tdd/``, or else ``.git`` (the top of a repository whose journal
+    is not started yet); ``start`` itself when there is neither."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".tdd").is_dir() or (folder / ".git").exists():
+            return folder
+    return start
+
+
+def is_test_code_error(result: TestOutcome) -> bool:
+    """Whether a test failed on an error of its own code: one of :data:`TEST_CODE_ERRORS`,
+    raised in a file of the suite (not in the implementation, which the stand-in re-raises,
+    nor in the framework)."""
+    kind = result.message.split(":", 1)[0].strip()
+    return bool(result.raised_in) and result.outcome is not Outcome.PASSED and kind in TEST_CODE_ERRORS
 
 
 def _journal(repo: StudentRepo) -> Journal | None:
@@ -88,7 +133,7 @@ def _run(repo: StudentRepo, layout: Layout, limits: RunLimits) -> SuiteRun:
     findings = find_violations(repo.tests_dir)
     if findings.total:
         listed = [str(v) for v in findings.violations] + ([f"... and {findings.omitted} more"] if findings.omitted else [])
-        raise Refused("your tests would be rejected at grading:\n  " + "\n  ".join(listed))
+        raise SuiteRefused("your tests would be rejected at grading:\n  " + "\n  ".join(listed))
     [run] = run_snapshot(
         layout, repo.tests_dir, repo.impl_dir, limits,
         [WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))],
@@ -131,7 +176,7 @@ def _append(repo: StudentRepo, journal: Journal | None, phase: Phase, run: Suite
     return entry
 
 
-def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits) -> JournalEntry:
+def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits) -> Recorded:
     """Run ``tdd red`` or ``tdd green``: check the rules, then append an entry.
 
     Args:
@@ -141,12 +186,14 @@ def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits
         limits: the assignment's limits (:meth:`RunLimits.of`): the journal's replay at grading
             runs each test under the same, so a green here is a green there.
 
+    Returns:
+        The entry appended and, for a red, each new test's failure.
+
     Raises:
         Refused: when a rule does not hold; nothing is written then.
         JournalFormatError: when the existing journal cannot be read.
     """
     journal = _journal(repo)
-    last = journal.last if journal else None
     most = limits.limits.max_journal_entries
     if journal is not None and len(journal.entries) >= most:
         raise Refused(
@@ -154,27 +201,43 @@ def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits
             f"assignment allows (max_journal_entries = {most}): grading refuses a longer one"
         )
     if phase is Phase.RED:
-        if last is not None and last.phase is Phase.RED:
-            raise Refused(
-                f"the last entry (#{last.seq}) is already a red: make its new tests pass, then run "
-                "`mutagrade tdd green`"
-            )
-        run = _run(repo, layout, limits)
-        known = set(last.outcomes) if last is not None else set()
-        new = [r for r in run.results if r.test_id not in known]
-        if not new:
-            raise Refused(
-                "no test is new since the last green: write ONE new test that fails against your "
-                "current implementation, then run `mutagrade tdd red`"
-            )
-        passing = [r.test_id for r in new if r.outcome not in (Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT)]
-        if passing:
-            raise Refused(
-                f"these new tests do not fail against your current implementation: {', '.join(passing)}; "
-                "a red test must fail first (it shows the test can catch the missing behaviour)"
-            )
-        return _append(repo, journal, Phase.RED, run, [r.test_id for r in new])
+        return _red(repo, journal, layout, limits)
+    return _green(repo, journal, layout, limits)
 
+
+def _red(repo: StudentRepo, journal: Journal | None, layout: Layout, limits: RunLimits) -> Recorded:
+    last = journal.last if journal else None
+    if last is not None and last.phase is Phase.RED:
+        raise Refused(
+            f"the last entry (#{last.seq}) is already a red: make its new tests pass, then run "
+            "`mutagrade tdd green` (or `mutagrade tdd undo` to take the red back)"
+        )
+    run = _run(repo, layout, limits)
+    known = set(last.outcomes) if last is not None else set()
+    new = [r for r in run.results if r.test_id not in known]
+    if not new:
+        raise Refused(
+            "no test is new since the last green: write ONE new test that fails against your "
+            "current implementation, then run `mutagrade tdd red`"
+        )
+    own = [r for r in new if is_test_code_error(r)]
+    if own:
+        raise Refused(
+            "these new tests fail on an error in the test's own code, not on your implementation: "
+            "a red must fail on what the implementation does; fix the test, then run `mutagrade tdd red` again"
+            + _explained(own, _own_error)
+        )
+    passing = [r.test_id for r in new if r.outcome not in RED_OUTCOMES]
+    if passing:
+        raise Refused(
+            f"these new tests do not fail against your current implementation: {', '.join(passing)}; "
+            "a red test must fail first (it shows the test can catch the missing behaviour)"
+        )
+    return Recorded(_append(repo, journal, Phase.RED, run, [r.test_id for r in new]), tuple(new))
+
+
+def _green(repo: StudentRepo, journal: Journal | None, layout: Layout, limits: RunLimits) -> Recorded:
+    last = journal.last if journal else None
     if last is None or last.phase is not Phase.RED:
         raise Refused("there is no red to turn green: write a failing test and run `mutagrade tdd red` first")
     tests = {p: sha256_bytes(d) for p, d in digest_files(repo.tests_dir, TEST_PATTERNS).items()}
@@ -190,15 +253,76 @@ def record(repo: StudentRepo, phase: Phase, *, layout: Layout, limits: RunLimits
     if failing:
         named = ", ".join(f"{r.test_id} ({r.outcome.value})" for r in failing)
         raise Refused(f"not every test passes yet: {named}; fix the implementation and try again"
-                      + "".join(_why(r) for r in failing[:MAX_EXPLAINED])
-                      + (f"\n  ... and {len(failing) - MAX_EXPLAINED} more" if len(failing) > MAX_EXPLAINED else ""))
-    return _append(repo, journal, Phase.GREEN, run, [])
+                      + _explained(failing, _why))
+    return Recorded(_append(repo, journal, Phase.GREEN, run, []))
 
 
 def _why(result: TestOutcome) -> str:
-    """A failing test and its message, indented under the refusal."""
+    """A failing test and its message, indented under the refusal or the red recorded."""
     lines = cap_lines(result.message)
     return f"\n  {result.test_id}:" + "".join(f"\n    {line}" for line in lines or [result.outcome.value])
+
+
+def _own_error(result: TestOutcome) -> str:
+    """A test's own error, with the line of the test file that raised it."""
+    first, *rest = cap_lines(result.message) or [result.outcome.value]
+    return f"\n  {result.test_id}: {first} ({result.raised_in})" + "".join(f"\n    {line}" for line in rest)
+
+
+def _explained(results: list[TestOutcome], show: Callable[[TestOutcome], str]) -> str:
+    more = len(results) - MAX_EXPLAINED
+    return "".join(show(r) for r in results[:MAX_EXPLAINED]) + (f"\n  ... and {more} more" if more > 0 else "")
+
+
+def explained(results: tuple[TestOutcome, ...]) -> str:
+    """Each test and its message, indented, for at most :data:`MAX_EXPLAINED` of them."""
+    return _explained(list(results), _why)
+
+
+def undo(repo: StudentRepo) -> str:
+    """Run ``tdd undo``: remove the journal's newest entry, leaving every line before it (and so
+    the chain) as it was, and the blobs no other entry records.
+
+    Returns:
+        What was undone, where the journal now ends, and the next command.
+
+    Raises:
+        Refused: when the journal is missing, empty or does not verify; nothing is written then.
+        JournalFormatError: when the journal cannot be read.
+    """
+    journal = _journal(repo)
+    if journal is None or journal.last is None:
+        raise Refused(f"the journal {repo.journal_path} has no entry: nothing to undo")
+    removed = journal.last
+    data = repo.journal_path.read_bytes()
+    _replace(repo.journal_path, data[: data.rstrip(b"\n").rfind(b"\n") + 1])
+    kept = {d for entry in journal.entries[:-1] for d in (*entry.tests.values(), *entry.impl.values())}
+    for digest in {*removed.tests.values(), *removed.impl.values()} - kept:
+        (journal.blobs / digest).unlink(missing_ok=True)
+    what = f"undone: entry {removed.seq} ({removed.phase.value}, recorded {removed.time})"
+    if removed.introduced:
+        what += f", which introduced {', '.join(removed.introduced)}"
+    left = journal.entries[-2] if len(journal.entries) > 1 else None
+    what += f"; the journal now ends with entry {left.seq} ({left.phase.value})." if left else "; the journal is now empty."
+    return "\n".join([what, "Your tests and implementation are as they were: only the journal changed.", _next(repo, left)])
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _next(repo: StudentRepo, last: JournalEntry | None) -> str:
+    if last is None or last.phase is Phase.GREEN:
+        return f"Next: write ONE new test in {repo.tests}, then run `mutagrade tdd red`."
+    return "Next: make the new tests pass (change the implementation only), then run `mutagrade tdd green`."
 
 
 def status(repo: StudentRepo) -> str:
@@ -220,9 +344,5 @@ def status(repo: StudentRepo) -> str:
             state = f"green at #{after.seq}" if after else "waiting for green"
             for test in entry.introduced:
                 lines.append(f"  red #{entry.seq:<3} {test}: {state}")
-    last = journal.last
-    if last is None or last.phase is Phase.GREEN:
-        lines.append(f"Next: write ONE new test in {repo.tests}, then run `mutagrade tdd red`.")
-    else:
-        lines.append("Next: make the new tests pass (change the implementation only), then run `mutagrade tdd green`.")
+    lines.append(_next(repo, journal.last))
     return "\n".join(lines)

@@ -39,10 +39,19 @@ def more(count: int) -> list[str]:
     return [f"... and {count} more"] if count else []
 
 
+def _refused(report: Report) -> str:
+    """That the suite was refused, and where the report says why: the violations are listed
+    under Policy (each format puts that section where it does); any other refusal has its
+    reason only among the verdict's."""
+    if not report.policy.ok:
+        return f"the suite was refused: {report.policy.refusal} (listed under Policy)"
+    return "the suite was refused (see the reasons of the verdict)"
+
+
 def no_tests(report: Report) -> str:
     """Why a report lists no test: none was collected, or the suite was refused before any ran."""
     if report.input_refused:
-        return "nothing was run: the suite was refused (see why above)"
+        return f"nothing was run: {_refused(report)}"
     return "no tests were collected"
 
 
@@ -52,7 +61,7 @@ def no_mutants(report: Report) -> str:
     total = report.score.total
     if not total:
         return "none to kill"
-    why = "the suite was refused (see why above)" if report.input_refused else "the suite was not run"
+    why = _refused(report) if report.input_refused else "the suite was not run"
     return f"not run: {why}; none of the {total} is killed"
 
 

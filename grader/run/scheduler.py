@@ -6,15 +6,18 @@ first reference run is in, the wheats and the mutants together, in a random orde
 the tests that passed it, each under a time limit derived from the test's time on the reference,
 and each mutant's run stopping at its first kill (unless the full matrix is asked for). A test
 that could tell how far the grading has gone (by the clock, say) learns nothing from it: a wheat
-is as likely as a mutant to come late. The mutants' results are weighed once both reference runs
-and every wheat are in: a mutant whose run stopped at a test that turned out not to be valid
+is as likely as a mutant to come late. Every wheat runs under the first seed, and a test it fails
+is run on it again under the second: a failure that does not hold there is chance's (the test is
+flaky), not the wheat's. The mutants' results are weighed once both reference runs and every wheat
+are in: a mutant whose run stopped at a test that turned out not to be valid
 carries on with the valid tests it had not reached (at most :data:`MAX_CONTINUATIONS` times). Every
 kill is confirmed by running the test that made it again under the other seed. The confirming
-and continuing runs come late and are all mutants', so the reference is run again among them
+and continuing runs come late and are mostly mutants', so the reference is run again among them
 now and then, at random (:data:`RECHECK_EVERY`): a test that fails late fails there too, and is
 not valid. A CPU and a wall-clock budget bound the whole grading, and so does a cap on its runs
 (:func:`max_runs`).
-After the reference, runs go to whichever worker is free, never more at once than ``jobs``.
+After the reference, runs but the wheats' go to whichever worker is free, never more at once
+than ``jobs``.
 :class:`WorkerPool` keeps the two workers for one grading after another.
 """
 
@@ -149,6 +152,7 @@ class _MatrixRun:
         self.carried: dict[str, int] = {}  # continuations sent, by mutant
         self.chance = random.SystemRandom()
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
+        self.wheat_limits: dict[str, float] = {}  # ... on the wheats (from the first reference run in)
         # Two workers under two hash seeds, each running the reference at once, so that a test
         # whose result depends on the hash seed shows up as flaky; then both run what follows.
         if pooled is not None:
@@ -271,8 +275,8 @@ class _MatrixRun:
                     # other hash seed is flaky, and counts for nothing either way).
                     waiting_wheats = self._send_the_rest(run, wheats, mutants)
             elif waiting_wheats is not None and run.variant in waiting_wheats:
-                waiting_wheats.discard(run.variant)
-                self.first[run.variant] = run
+                if self._wheat_result(run, list(references.values())):
+                    waiting_wheats.discard(run.variant)
             elif not self.settled and run.purpose is Purpose.FIRST:
                 self.held.append(run)
             else:
@@ -297,8 +301,11 @@ class _MatrixRun:
         passing = [t for t in _passed(first) if self.not_counted(t) is None]
         if not passing:
             return set()
-        limits = _time_limits([first], passing, self.limits)
-        runs = [WorkerRun(variant=w.id, source=w.source, select=passing, time_limits=limits) for w in wheats]
+        limits = self.wheat_limits = _time_limits([first], passing, self.limits)
+        # Every wheat under the first seed: a test whose verdict there is chance's is found the
+        # same way in every grading (see _wheat_result), not only when the other worker was free.
+        runs = [WorkerRun(variant=w.id, source=w.source, select=passing, time_limits=limits,
+                          seed=self.seed_one.hash_seed) for w in wheats]
         runs += [WorkerRun(variant=m.id, source=m.source, select=passing, time_limits=limits,
                            stop_at_first_kill=not self.full_matrix) for m in mutants]
         self.chance.shuffle(runs)
@@ -320,8 +327,8 @@ class _MatrixRun:
             self._mutant_result(run)
 
     def _send_late(self, run: WorkerRun) -> None:
-        """A confirming or continuing run (all mutants'): now and then the reference goes
-        with it, at random, so that coming late says nothing about the variant."""
+        """A confirming or continuing run (a mutant's, or a wheat's): now and then the reference
+        goes with it, at random, so that coming late says nothing about the variant."""
         self.late += 1
         recheck = self.chance.randrange(RECHECK_EVERY) == 0 or self.late == 2
         reference = next(v for v in self.variants.values() if v.kind is VariantKind.REFERENCE)
@@ -329,6 +336,24 @@ class _MatrixRun:
                           time_limits=self.time_limits, select=run.select, seed=run.seed)
         for item in ([run, again] if self.chance.random() < 0.5 else [again, run]) if recheck else [run]:
             self._send(item)
+
+    def _wheat_result(self, run: SuiteRun, references: list[SuiteRun]) -> bool:
+        """A wheat's run: whether the wheat is done. Its first run's rejections (tests it failed
+        that passed every reference run in) are run on it again under the other seed: one that
+        does not fail there is chance's (the test is flaky), not the wheat's (brittle)."""
+        if run.purpose is Purpose.CONFIRMING:
+            self.second[run.variant] = run
+            return True
+        self.first[run.variant] = run
+        rejected = [r.test_id for r in run.results if r.outcome not in (Outcome.PASSED, Outcome.NOT_RUN)
+                    and all(ref.outcome(r.test_id) is Outcome.PASSED for ref in references)]
+        if not rejected:
+            return True
+        wheat = self.variants[run.variant]
+        limits = {t: self.wheat_limits[t] for t in rejected if t in self.wheat_limits}
+        self._send_late(WorkerRun(variant=wheat.id, source=wheat.source, select=rejected, time_limits=limits,
+                                  purpose=Purpose.CONFIRMING, seed=self._other_seed(run.hash_seed)))
+        return False
 
     def _keep(self, run: SuiteRun, worker: WorkerProcess, reference: str) -> None:
         """After the budget ran out: keep what came back, as it is."""
@@ -417,8 +442,17 @@ class _MatrixRun:
         if kind is VariantKind.WHEAT:
             return None  # every such test was run on the wheats: what it never reported is missing
         if test_id not in self.valid:
+            if self._by_chance(test_id):
+                return "not counted: flaky (failed on a correct implementation under one seed only)"
             return "not run: brittle (fails on a correct implementation)"
         return "not run: the mutant's run stopped at an earlier test that failed"
+
+    def _by_chance(self, test_id: str) -> bool:
+        """Whether every wheat that failed ``test_id`` passed it when run again under the other seed."""
+        wheats = [v.id for v in self.variants.values() if v.kind is VariantKind.WHEAT and v.id in self.first]
+        failed = [w for w in wheats if self.first[w].outcome(test_id) not in (Outcome.PASSED, Outcome.NOT_RUN)]
+        return bool(failed) and all(w in self.second and self.second[w].outcome(test_id) is Outcome.PASSED
+                                    for w in failed)
 
     def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
         for run in self.held:  # came in before the budget ran out, never weighed

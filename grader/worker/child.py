@@ -70,6 +70,21 @@ def short_message(exc: BaseException) -> str:
     return (f"{head}: {body}" if body else head)[:MESSAGE_CAP]
 
 
+def _raised_in(tb: types.TracebackType | None, root: Path) -> str:
+    """Where an exception was raised, as ``file.py:LINE`` relative to ``root`` (the tests
+    folder) when its traceback's last frame is in a file there; "" when it is anywhere else
+    (the stand-in, which raises what the implementation raised; the framework; pytest)."""
+    try:
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is None:
+            return ""
+        where = Path(tb.tb_frame.f_code.co_filename).relative_to(root)
+        return f"{where.as_posix()}:{tb.tb_lineno}"[:MESSAGE_CAP]
+    except Exception:  # noqa: BLE001 - outside the suite, or a file name no path can be made of
+        return ""
+
+
 def _longrepr_message(text: str) -> str:
     """The most telling part of a failure pytest formatted itself (a collection error, a
     skip): its ``E`` lines, else its last lines."""
@@ -91,7 +106,7 @@ class Reporter:
         self.fd: int | None = None
         self.token = b""
         self.prefix = ""
-        self.messages: dict[str, str] = {}
+        self.messages: dict[str, tuple[str, str]] = {}  # node id and phase -> message, where raised
 
     def _id(self, nodeid: str) -> str:
         return nodeid[len(self.prefix):] if self.prefix and nodeid.startswith(self.prefix) else nodeid
@@ -127,7 +142,8 @@ class Reporter:
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
         report = yield
         if call.excinfo is not None and not report.skipped:
-            self.messages[f"{item.nodeid}\0{call.when}"] = short_message(call.excinfo.value)
+            where = self._id(_raised_in(call.excinfo.tb, item.config.rootpath))
+            self.messages[f"{item.nodeid}\0{call.when}"] = (short_message(call.excinfo.value), where)
             if call.excinfo.errisinstance(TestTimeout):
                 report.timed_out = True
         return report
@@ -147,11 +163,12 @@ class Reporter:
             outcome = SKIPPED
         if outcome is None:
             return
-        message = ""
+        message = where = ""
         if outcome != PASSED:
-            message = self.messages.pop(f"{report.nodeid}\0{report.when}", None) or _longrepr_message(report.longreprtext)
+            message, where = self.messages.pop(f"{report.nodeid}\0{report.when}", ("", ""))
+            message = message or _longrepr_message(report.longreprtext)
         self.send(RunEvent("result", result=TestResult(self._id(report.nodeid), outcome, message,
-                                                        round(report.duration, 6))))
+                                                        round(report.duration, 6), where)))
 
 
 class TestSession:

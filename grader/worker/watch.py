@@ -164,7 +164,8 @@ class Run:
         if reported is None:
             self.errors.append("the run wrote a malformed test result")
             return
-        result = _result(reported.test_id, reported.outcome, reported.message[:_MESSAGE_CAP], reported.duration)
+        result = TestResult(reported.test_id, reported.outcome, reported.message[:_MESSAGE_CAP], reported.duration,
+                            reported.raised_in[:_MESSAGE_CAP])
         test = result.test_id
         if test in self.interrupted:
             limit = self.interrupted[test]

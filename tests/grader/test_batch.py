@@ -26,6 +26,7 @@ STUDENT = LAYOUT.examples / "student"
 TESTS = Path("python") / "tests" / "l3-3-gru"
 ASSIGNMENT = load_assignment(LAYOUT.assignment)
 REQUIRED = ASSIGNMENT.model_copy(update={"require_journal": True})
+OPTIONAL = ASSIGNMENT.model_copy(update={"require_journal": False})
 
 
 def repository(dest: Path) -> Path:
@@ -85,7 +86,7 @@ def test_a_forged_or_unreadable_journal_is_graded_not_verified_naming_the_line(t
     forged.write_text("\n".join(lines[:-1]) + "\n")  # the last green removed: it ends with a red
     garbled = repository(subs / "garbler") / ".tdd" / "journal.jsonl"
     garbled.write_text(garbled.read_text().replace("\n", "\nnot json\n", 1))
-    rows = by_student(grade_batch(subs, layout=LAYOUT, assignment=ASSIGNMENT))
+    rows = by_student(grade_batch(subs, layout=LAYOUT, assignment=REQUIRED))
     forger, garbler = rows["forger"], rows["garbler"]
     assert not forger.passed and "the red-then-green journal does not verify" in forger.problems
     assert forger.journal_cell.startswith("not verified: entry 19: the journal ends with a red")
@@ -102,9 +103,36 @@ def test_a_journal_that_is_a_link_out_of_the_submission_is_not_followed(tmp_path
     shutil.copyfile(repo / ".tdd" / "journal.jsonl", secret)
     (repo / ".tdd" / "journal.jsonl").unlink()
     (repo / ".tdd" / "journal.jsonl").symlink_to(secret)
-    [row] = grade_batch(subs, layout=LAYOUT, assignment=ASSIGNMENT)
+    [row] = grade_batch(subs, layout=LAYOUT, assignment=REQUIRED)
     assert row.journal_cell == "not verified: mallory/.tdd/journal.jsonl: a link; the journal must be a file of the submission"
     assert not row.passed
+
+
+def test_where_no_journal_is_required_one_that_does_not_verify_is_reported_and_costs_nothing(tmp_path):
+    subs = tmp_path / "subs"
+    forged = repository(subs / "forger") / ".tdd" / "journal.jsonl"
+    forged.write_text("\n".join(forged.read_text().splitlines()[:-1]) + "\n")  # ends with a red
+    [row] = grade_batch(subs, layout=LAYOUT, assignment=OPTIONAL)
+    assert row.passed and row.problems == [], row.problems  # the verdict rests on the kills
+    assert row.killed == 12 and row.kill_rate == 1.0
+    assert row.journal_cell.startswith("not verified: entry 19: the journal ends with a red"), row.journal_cell
+    assert not row.report.journal.ok
+    assert any("the journal ends with a red" in p for p in row.report.journal.problems), row.report.journal.problems
+
+
+def test_a_folder_wrapping_the_tests_or_a_repository_is_taken_off_as_an_archives_is(tmp_path):
+    """One wrapping folder, as every intake takes it off (grader/flows/intake.py); two are
+    refused, naming the folder the tests lie in."""
+    subs = tmp_path / "subs"
+    repository(subs / "alice" / "l3-3-gru-main")
+    bare_tests(subs / "carol" / "mytests")
+    bare_tests(subs / "dave" / "outer" / "mytests")
+    rows = by_student(grade_batch(subs, layout=LAYOUT, assignment=ASSIGNMENT))
+    assert rows["alice"].passed and rows["alice"].journal_cell == "verified", rows["alice"].problems
+    assert rows["carol"].passed and rows["carol"].killed == 12 and rows["carol"].journal_cell == "none"
+    assert rows["dave"].report is None and rows["dave"].problems == [
+        "could not be graded: dave/outer: no test file at the top; the test files are further down, in mytests/: "
+        "put them at the top, in one folder that holds everything, or in python/tests/l3-3-gru/ of a repository"]
 
 
 # ------------------------------------------------------------------- archives
@@ -165,16 +193,17 @@ def test_a_bad_archive_is_one_row_naming_the_member_and_the_rule_and_the_batch_g
     (subs / "heidi.tar.gz").write_bytes(b"\x1f\x8b" + os.urandom(3 * 1024 * 1024))  # over the upload limit
     zip_of(repository(tmp_path / "ivan"), subs / "ivan.zip")
     reports = tmp_path / "reports"
-    unpacked_before = set(Path(tempfile.gettempdir()).glob("mutagrade-batch-*"))
+    unpacked_before = set(Path(tempfile.gettempdir()).glob("mutagrade-intake-*"))
     rows = by_student(grade_batch(subs, layout=LAYOUT, assignment=ASSIGNMENT, reports=reports))
-    assert set(Path(tempfile.gettempdir()).glob("mutagrade-batch-*")) <= unpacked_before  # none left behind
+    assert set(Path(tempfile.gettempdir()).glob("mutagrade-intake-*")) <= unpacked_before  # none left behind
     assert list(rows) == ["eve", "frank", "grace", "heidi", "ivan"]
-    assert rows["eve"].problems == ["could not be graded: member '../../escaped.py': '..' is not allowed in a path"]
-    assert rows["frank"].problems == ["could not be graded: member 'test_b.py': links are not allowed"]
+    assert rows["eve"].problems == [
+        "could not be graded: eve.zip: member '../../escaped.py': '..' is not allowed in a path"]
+    assert rows["frank"].problems == ["could not be graded: frank.tar.gz: member 'test_b.py': links are not allowed"]
     assert rows["grace"].problems == [
-        "could not be graded: the archive must be a .tar.gz or a .zip, found neither (unknown file signature)"]
+        "could not be graded: grace.zip: the archive must be a .tar.gz or a .zip, found neither (unknown file signature)"]
     assert rows["heidi"].problems == [
-        "could not be graded: the archive is 3145730 bytes; at most 2097152 are accepted"]
+        "could not be graded: heidi.tar.gz: the archive is 3145730 bytes; at most 2097152 are accepted"]
     assert not (tmp_path / "escaped.py").exists() and not list(tmp_path.rglob("escaped.py"))
     for name in ("eve", "frank", "grace", "heidi"):
         assert not rows[name].passed and rows[name].report is None and rows[name].journal_cell == "none"
@@ -201,7 +230,7 @@ def test_which_entries_are_students_and_two_submissions_of_one_student_are_refus
     assert rows["alice"].problems == [
         "could not be graded: two submissions for alice: alice, alice.zip; keep one of them"]
     assert rows["bob"].problems == [
-        "could not be graded: the archive must be a .tar.gz or a .zip, found neither (unknown file signature)"]
+        "could not be graded: bob.tgz: the archive must be a .tar.gz or a .zip, found neither (unknown file signature)"]
     assert rows["linked"].problems == [
         "could not be graded: linked is a link; a student's submission must be a folder or an archive of its own"]
 

@@ -372,7 +372,9 @@ def test_a_folder_without_test_files_gets_a_result_naming_no_folder_of_the_autog
     assert "mutagrade-grade-" not in results["output"] and "/tmp" not in results["output"]
 
 
-def test_a_malformed_journal_gets_a_result_naming_the_line(tmp_path: Path, bundle: Path) -> None:
+def test_a_malformed_journal_is_graded_as_one_that_does_not_verify_naming_the_line(tmp_path: Path, bundle: Path) -> None:
+    """As at every intake: the suite is graded, and the journal's check fails naming the file
+    and line as the student's repository has them."""
     root = _autograder(tmp_path, bundle)
     (root / "submission" / STUDENT_TESTS).mkdir(parents=True)
     (root / "submission" / STUDENT_TESTS / "test_weak.py").write_text(WEAK)
@@ -380,9 +382,12 @@ def test_a_malformed_journal_gets_a_result_naming_the_line(tmp_path: Path, bundl
     (root / "submission" / ".tdd" / "journal.jsonl").write_text("{not json\n")
     done, results = _run(root)
     assert done.returncode == 0
-    assert results["score"] == 0.0
-    assert "could not be graded" in results["output"] and ".tdd/journal.jsonl:1:" in results["output"]
-    assert "mutagrade-autograder" not in results["output"]  # the staging folder is not the student's business
+    tests = {test["name"]: test for test in results["tests"]}
+    assert "Submission" not in tests and tests["Verdict"]["status"] == "failed"  # graded: the weak suite fails
+    assert tests["Journal"]["status"] == "failed"
+    assert tests["Journal"]["output"].startswith("Does not verify.\n- .tdd/journal.jsonl:1: expected one JSON object")
+    written = json.dumps(results)  # the staging folder and the packed name are not the student's business
+    assert "mutagrade-autograder" not in written and "submission.tar.gz" not in written
 
 
 def test_without_mutagrade_on_path_the_result_says_the_autograder_is_not_set_up(tmp_path: Path, bundle: Path) -> None:

@@ -84,3 +84,45 @@ def test_draws_are_the_same_under_one_seed_and_differ_between_seeds():
         random.setstate(saved[4])
     assert first == again
     assert first != other_test and first != other_seed
+
+
+# One generator for the whole file, drawn without a seed. The first test is brittle for real
+# (w03 words its error otherwise) and stops there on w03, before it draws its two numbers; so on
+# w03 the second test draws the file's first number, on every other implementation its third.
+# Under the first seed the first number is 0.72, under the second 0.46, and the third 0.38 and
+# 0.61: the second test passes on the reference under both seeds, and on w03 fails under the
+# first seed only. Its verdict is chance's (how much an earlier test drew), not w03's doing.
+SHARED_GENERATOR = '''import numpy as np
+import pytest
+from tinyllm.rnn.gru import GRU
+
+RNG = np.random.default_rng()
+
+
+def test_error_wording():
+    with pytest.raises(ValueError, match="must be a positive int"):
+        GRU(3, 0)
+    RNG.random(2)
+
+
+def test_luck():
+    assert RNG.random() < 0.7
+'''
+
+
+def test_a_test_whose_verdict_on_a_wheat_is_chance_is_flaky_every_time_never_brittle(tmp_path):
+    """Graded six times, it was brittle against w03 in some gradings and valid in the others (w03
+    ran under whichever seed's worker was free). Now each wheat runs under the first seed and a
+    rejection is run again under the second: one that does not hold there is chance's."""
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    (folder / "test_gru.py").write_text(SHARED_GENERATOR)
+    for _ in range(6):
+        report = grade_suite(folder, layout=LAYOUT, assignment=FAST, audience="staff")
+        statuses = {t.id.split("::")[-1]: t for t in report.tests}
+        luck, wording = statuses["test_luck"], statuses["test_error_wording"]
+        assert luck.status.value == "flaky", (luck.status, luck.reason)
+        assert "chance" in luck.reason and "brittle" not in luck.reason, luck.reason
+        assert "w03" in luck.reason and "under one seed" in luck.reason, luck.reason
+        # The test that w03 rejects whatever the seed is still brittle against it.
+        assert wording.status.value == "brittle" and "w03" in wording.reason, wording.reason

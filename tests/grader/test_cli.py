@@ -152,6 +152,21 @@ def test_grade_a_policy_violation_is_exit_2_with_file_and_line(tmp_path):
     assert "test_sneaky.py:5:" in done.stdout and "load" in done.stdout
 
 
+def test_grade_a_repository_folder_grades_its_tests_with_its_journal(tmp_path):
+    """A folder is opened as an archive is (grader/flows/intake.py): a student repository's
+    tests are python/tests/l3-3-gru/ and its journal is verified; the workers the command
+    starts before anything else are started for those tests."""
+    import shutil
+
+    repository = tmp_path / "l3-3-gru-main" / "student"  # in one wrapping folder
+    shutil.copytree(LAYOUT.examples / "student", repository, ignore=shutil.ignore_patterns("__pycache__"))
+    done = mutagrade("grade", str(tmp_path / "l3-3-gru-main"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["score"]["killed"] == 12 and len(report["tests"]) == 10
+    assert report["journal"]["checked"] and report["journal"]["ok"] and report["journal"]["entries"] == 20
+
+
 def test_grade_a_missing_directory_is_exit_2(tmp_path):
     done = mutagrade("grade", str(tmp_path / "nope"))
     assert done.returncode == 2
@@ -257,4 +272,4 @@ def test_grade_an_archive_without_tests_names_the_archive_not_where_it_was_unpac
         tar.add(notes, arcname="notes.py")
     done = mutagrade("grade", str(archive))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "mine.tar.gz" in done.stderr and "mutagrade-grade-" not in done.stderr, done.stderr
+    assert "mine.tar.gz" in done.stderr and "mutagrade-intake-" not in done.stderr, done.stderr

@@ -175,6 +175,7 @@ def test_malformed_lines_and_results_are_noted_not_believed(channel: tuple[int, 
         {"test_id": "t", "outcome": "passed", "duration": True},
         {"test_id": "t", "outcome": ["passed"]},
         {"test_id": "t", "outcome": {"passed": 1}},
+        {"test_id": "t", "outcome": "failed", "raised_in": 3},
     ],
 )
 def test_a_malformed_result_is_read_as_none(value: Any) -> None:
@@ -187,6 +188,13 @@ def test_a_good_result_is_read_with_only_its_fields() -> None:
     checked = RunEvent.from_line(line.encode()).result
     assert checked == TestResult(test_id="t", outcome=Outcome.TIMEOUT, message="", duration=2.0)
     assert isinstance(checked.duration, float)
+
+
+def test_where_a_failure_was_raised_in_the_tests_own_files_is_read_back() -> None:
+    result = {"test_id": "t", "outcome": "failed", "message": "NameError: name 'x' is not defined",
+              "raised_in": "test_gru.py:7"}
+    checked = RunEvent.from_line(json.dumps({"kind": "result", "result": result}).encode()).result
+    assert checked == TestResult("t", Outcome.FAILED, "NameError: name 'x' is not defined", 0.0, "test_gru.py:7")
 
 
 @pytest.mark.parametrize(

@@ -192,10 +192,11 @@ def test_a_run_result_line_reads_back_as_a_suite_run() -> None:
     from grader.core.models import Budget, Outcome, Purpose, SuiteRun
     from grader.core.protocol import RunResult, TestResult
 
-    result = RunResult(run_id=7, hash_seed=2, results=(TestResult("t.py::a", Outcome.FAILED, "no", 0.5),),
+    result = RunResult(run_id=7, hash_seed=2, results=(TestResult("t.py::a", Outcome.FAILED, "no", 0.5, "t.py:3"),),
                        crashed="", budget=Budget.WALL, budget_exceeded="t.py::a", phases={"run": 0.5})
     data = json.loads(result.to_line())
     assert data.pop("run_id") == 7
     run = SuiteRun.model_validate({**data, "variant": "s01", "purpose": "confirming"})
     assert run.outcome("t.py::a") is Outcome.FAILED and run.budget is Budget.WALL and run.purpose is Purpose.CONFIRMING
     assert run.results[0].message == "no" and run.phases == {"run": 0.5}
+    assert run.results[0].raised_in == "t.py:3"

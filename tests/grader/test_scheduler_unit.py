@@ -402,3 +402,32 @@ def test_after_the_budget_ran_out_the_runs_stopped_with_it_are_kept_as_they_are(
     matrix, _ = _grade(world)
     assert matrix.budget_stop is not None and matrix.budget_stop.variant == "w1"
     assert "without reporting this run" in matrix.first["m1"].crashed  # kept, and no error raised
+
+
+@CHANCES
+def test_a_wheat_runs_under_the_first_seed_and_each_rejection_again_under_the_second(chance: int) -> None:
+    """t::a fails on w1 under the first seed only: its verdict is chance's, and it is flaky;
+    t::b fails on w2 under both: it rejects a correct implementation, and it is brittle."""
+    world = World(outcomes={"w1@1": {"t::a": F}, "w2": {"t::b": E}, "m1": {"t::a": F}})
+    matrix, _ = _grade(world, chance=chance)
+    assert {s.seed for w in ("w1", "w2") for s in world.runs_of(w, FIRST)} == {1}
+    (again_w1,), (again_w2,) = world.runs_of("w1", CONFIRMING), world.runs_of("w2", CONFIRMING)
+    assert (again_w1.seed, again_w1.run.select, again_w2.seed, again_w2.run.select) == (2, ["t::a"], 2, ["t::b"])
+    assert matrix.second["w1"].outcome("t::a") is P and matrix.second["w2"].outcome("t::b") is E
+    # m1 is weighed once the wheats' second runs are in: t::a, not valid, kills nothing.
+    assert not matrix.confirmed_failure("t::a", "m1") and world.runs_of("m1", CONTINUING)
+    report = score_suite(submission="s", matrix=matrix, variants=VARIANTS,
+                         assignment=load_assignment(default_layout().assignment), audience="staff")
+    tests = {t.id: t for t in report.tests}
+    assert {i: t.status.value for i, t in tests.items()} == {
+        "t::a": "flaky", "t::b": "brittle", "t::c": "valid", "t::d": "valid"}
+    assert "chance" in tests["t::a"].reason and "w1" in tests["t::a"].reason
+    assert "w2 (w2 title): error" in tests["t::b"].reason
+    reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::a")
+    assert reason.startswith("not counted: flaky"), reason
+
+
+def test_a_wheat_that_rejects_nothing_is_run_once() -> None:
+    world = World(outcomes={"m1": {"t::a": F}})
+    _grade(world)
+    assert [len(world.runs_of(w)) for w in ("w1", "w2")] == [1, 1]

@@ -180,7 +180,87 @@ def test_a_suite_that_does_not_parse_is_not_reported_as_having_no_mutants(tmp_pa
     for rendered in (text, markdown, page):
         assert "none to kill" not in rendered and "every mutant was caught" not in rendered
         assert "not run" in rendered.lower()
-    assert "Mutants: not run: the suite was refused (see why above); none of the 12 is killed" in text
+    assert "Mutants: not run: the suite was refused: a test file has a syntax error (listed under Policy); " \
+           "none of the 12 is killed" in text
+
+
+def _verdict(text: str) -> list[str]:
+    """The reasons under the verdict of a text report."""
+    block = text.split("\n\n")[1].splitlines()
+    assert block[0].startswith("VERDICT: "), text
+    return [line.removeprefix("  - ") for line in block[1:]]
+
+
+def test_a_syntax_error_is_named_as_one_not_as_a_policy_failure(tmp_path: Path) -> None:
+    tests = folder(tmp_path, {"test_x.py": "import numpy as np\n\n\ndef test_x(:\n    pass\n"})
+    done = mutagrade("grade", str(tests))
+    assert done.returncode == 2, done.stderr
+    assert _verdict(done.stdout) == ["a test file has a syntax error: nothing was run"], done.stdout
+    assert "policy check failed" not in done.stdout
+    assert "  * test_x.py:4:11: syntax error: invalid syntax, Python cannot parse this file" in done.stdout, done.stdout
+
+
+def test_syntax_errors_and_other_violations_are_counted_apart(tmp_path: Path) -> None:
+    broken = "def test_x(:\n    pass\n"
+    tests = folder(tmp_path, {"test_x.py": broken, "test_y.py": broken, "test_z.py": "import os\n\n\ndef test_z():\n    pass\n"})
+    report = json.loads(mutagrade("grade", str(tests), "--format", "json").stdout)
+    assert report["reasons"] == [
+        "2 test files have syntax errors, and the policy check found 1 other violation: nothing was run"]
+    assert report["policy"]["syntax_errors"] == 2
+    only_os = folder(tmp_path, {"test_z.py": "import os\n\n\ndef test_z():\n    pass\n"}, name="os")
+    done = mutagrade("grade", str(only_os))
+    assert done.returncode == 2
+    assert _verdict(done.stdout) == ["the policy check failed (1 violation(s)): nothing was run"], done.stdout
+
+
+def test_the_kill_matrix_of_a_refused_suite_points_where_the_reason_is(tmp_path: Path) -> None:
+    tests = folder(tmp_path, {"test_x.py": "import os\n\n\ndef test_x():\n    pass\n"})
+    text = mutagrade("grade", str(tests)).stdout
+    lines = text.splitlines()
+    [matrix] = [i for i, line in enumerate(lines) if line.startswith("Kill matrix:")]
+    assert lines[matrix] == ("Kill matrix: nothing was run: the suite was refused: the policy check failed "
+                             "(1 violation(s)) (listed under Policy)."), text
+    # ... and the violation is where it says: under Policy, after the matrix.
+    [policy] = [i for i, line in enumerate(lines) if line.startswith("Policy:")]
+    assert policy > matrix and "test_x.py:1:0: import of 'os'" in lines[policy + 1], text
+    assert "see why above" not in text
+
+
+def test_a_suite_without_a_test_function_says_what_pytest_collects(tmp_path: Path) -> None:
+    tests = folder(tmp_path, {"test_gru.py": "def check_gru():\n    assert True\n\n\nclass GRUTests:\n"
+                                             "    def test_it(self):\n        assert True\n"})
+    done = mutagrade("grade", str(tests))
+    assert done.returncode == 1, done.stderr
+    [reason] = [r for r in _verdict(done.stdout) if r.startswith("no test was collected")]
+    assert reason == ("no test was collected: pytest collects the functions whose names start with `test` "
+                      "(or such methods of a class named `Test*` without an `__init__`) "
+                      "from files named `test_*.py` or `*_test.py`"), reason
+    # What the reason says is collected is: a `Test*` class's method, in a file named `*_test.py`.
+    renamed = folder(tmp_path, {"gru_test.py": "class TestGRU:\n    def test_it(self):\n        assert True\n"},
+                     name="renamed")
+    report = json.loads(mutagrade("grade", str(renamed), "--format", "json").stdout)
+    assert [t["id"] for t in report["tests"]] == ["gru_test.py::TestGRU::test_it"]
+
+
+def test_a_suite_that_does_not_import_says_so_not_how_to_name_tests(tmp_path: Path) -> None:
+    tests = folder(tmp_path, {"test_gru.py": "from tinyllm.rnn.gru import no_such_name\n\n\ndef test_x():\n    pass\n"})
+    done = mutagrade("grade", str(tests))
+    assert done.returncode == 1, done.stderr
+    [reason] = [r for r in _verdict(done.stdout) if r.startswith("no test was collected")]
+    assert reason == "no test was collected: a test file could not be collected (see the problems while running)"
+    assert "no_such_name" in done.stdout
+
+
+def test_the_students_check_names_a_syntax_error_as_one(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(LAYOUT.reference / "tinyllm", repo / "python" / "tinyllm", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / STUDENT_TESTS.parent).mkdir(parents=True)
+    folder(repo / STUDENT_TESTS.parent, {"test_gru.py": HEADER + "\n\ndef test_broken(:\n    pass\n"}, name="l3-3-gru")
+    done = subprocess.run([sys.executable, "-m", "grader.student_cli", "check", str(repo)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Mutation grade: not submitted: a test file has a syntax error; fix what Policy lists above first" \
+        in done.stdout, done.stdout
 
 
 # ------------------------------------------------------------ archives, as the service takes them

@@ -57,10 +57,20 @@ def edit(repo: Path, path: Path, old: str, new: str) -> None:
     (repo / path).write_text(text.replace(old, new))
 
 
+def tdd_in(folder: Path, phase: str) -> subprocess.CompletedProcess:
+    """``mutagrade tdd PHASE`` run from ``folder``, without ``--repo``."""
+    return subprocess.run(
+        [sys.executable, "-m", "grader.cli", "tdd", phase],
+        capture_output=True, text=True, timeout=120, cwd=folder, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+
+
 def refused(repo: Path, phase: str, reason: str) -> None:
+    """``tdd PHASE`` refused for ``reason``: a refused red or undo is bad input (exit 2), a
+    refused green a check that did not pass (exit 1)."""
     before = journal(repo)
     done = tdd(repo, phase)
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == (1 if phase == "green" else 2), done.stdout + done.stderr
     assert f"mutagrade tdd {phase}: refused:" in done.stderr and reason in done.stderr, done.stderr
     assert journal(repo) == before, "a refused command wrote to the journal"
 
@@ -107,6 +117,7 @@ def test_a_broken_journal_stops_the_commands(repo):
     path = repo / ".tdd" / "journal.jsonl"
     path.write_text(path.read_text().replace('"phase":"red"', '"phase":"green"'))
     refused(repo, "green", "does not verify")
+    refused(repo, "undo", "does not verify")
 
 
 def test_status_without_a_journal_says_what_to_do(repo):
@@ -207,6 +218,139 @@ def test_a_journal_at_the_assignments_most_entries_takes_no_more(repo, tmp_path)
     assert run("green").returncode == 0
     before = journal(repo)
     done = run("red")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "already holds 2 entries, the most the assignment allows (max_journal_entries = 2)" in done.stderr, done.stderr
     assert journal(repo) == before
+
+
+# ------------------------------------------------------------ what a red shows, and refuses
+def second_test(expected: str = "0.375") -> str:
+    """The hand example again, as a second test expecting ``expected`` where it expects 0.375."""
+    body = HAND.split("\n\n\n", 1)[1].replace("test_hand_example_gru_cell", "test_hand_example_again")
+    return "\n\n" + body.replace("0.375", expected)
+
+
+def test_a_red_shows_each_new_tests_failure(repo):
+    edit(repo, GRU, *SWAPPED)
+    (repo / TEST_FILE).write_text(HAND + second_test("0.5"))
+    done = tdd(repo, "red")
+    assert done.returncode == 0, done.stderr
+    assert "red recorded (entry 1)" in done.stdout
+    for test in ("test_gru.py::test_hand_example_gru_cell", "test_gru.py::test_hand_example_again"):
+        assert f"\n  {test}:\n    AssertionError" in done.stdout, done.stdout
+    assert done.stdout.rstrip().endswith("then run `mutagrade tdd green`."), done.stdout
+
+
+def test_an_error_raised_in_the_implementation_is_a_red(repo):
+    # A NameError or TypeError of the implementation (not of the test) is what a red is for.
+    edit(repo, GRU, SWAPPED[0], "    return (1 - z) * n + z * h_typo\n")
+    done = tdd(repo, "red")
+    assert done.returncode == 0 and "red recorded (entry 1)" in done.stdout, done.stderr
+    assert "h_typo" in done.stdout, done.stdout
+    edit(repo, GRU, "    return (1 - z) * n + z * h_typo\n", "    raise TypeError('not written yet')\n")
+    (repo / TEST_FILE).write_text(HAND + second_test())
+    assert tdd(repo, "undo").returncode == 0
+    done = tdd(repo, "red")
+    assert done.returncode == 0 and "TypeError: not written yet" in done.stdout, done.stdout + done.stderr
+
+
+# Errors in a test's own code: each is raised in the test file itself, on the line named.
+OWN_ERRORS = {
+    "NameError": ("    cell = GRUCel(2, 3)\n", "NameError: name 'GRUCel' is not defined"),
+    "ImportError": ("    from tinyllm.rnn.gru import GRUCel\n", "ImportError: cannot import name 'GRUCel'"),
+    "TypeError": ("    x = ones(2)\n", "TypeError: ones() missing 1 required positional argument: 'cols'"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OWN_ERRORS))
+def test_a_red_whose_failure_is_an_error_in_the_tests_own_code_is_refused(repo, kind):
+    line, message = OWN_ERRORS[kind]
+    body = HAND + "\n\ndef ones(rows, cols):\n    return np.ones((rows, cols))\n\n\ndef test_cell():\n" + line
+    body += "    assert False, 'not reached'\n"
+    (repo / TEST_FILE).write_text(body)
+    edit(repo, GRU, *SWAPPED)  # the hand example fails for a good reason: one bad test refuses the red
+    number = body.splitlines().index(line.rstrip("\n")) + 1
+    refused(repo, "red", f"test_gru.py::test_cell: {message}")
+    done = tdd(repo, "red")
+    assert f"(test_gru.py:{number})" in done.stderr, done.stderr
+    assert "fix the test" in done.stderr and "test_hand_example_gru_cell" not in done.stderr, done.stderr
+    assert not (repo / ".tdd").exists()
+
+
+# ------------------------------------------------------------------------------- undo
+def test_undo_removes_the_newest_entry_one_at_a_time_down_to_an_empty_journal(repo):
+    refused(repo, "undo", "nothing to undo")
+    edit(repo, GRU, *SWAPPED)
+    assert tdd(repo, "red").returncode == 0
+    edit(repo, GRU, SWAPPED[1], SWAPPED[0])
+    assert tdd(repo, "green").returncode == 0
+    red = journal(repo).splitlines(keepends=True)[0]
+
+    done = tdd(repo, "undo")
+    assert done.returncode == 0, done.stderr
+    assert "undone: entry 2 (green" in done.stdout and "the journal now ends with entry 1 (red)" in done.stdout
+    assert journal(repo) == red
+    # The red stands again, and a new green continues its chain.
+    done = tdd(repo, "green")
+    assert done.returncode == 0 and "green recorded (entry 2)" in done.stdout, done.stderr
+
+    assert tdd(repo, "undo").returncode == 0
+    done = tdd(repo, "undo")
+    assert done.returncode == 0, done.stderr
+    assert "undone: entry 1 (red" in done.stdout and "test_gru.py::test_hand_example_gru_cell" in done.stdout
+    assert "the journal is now empty" in done.stdout
+    assert journal(repo) == ""
+    refused(repo, "undo", "nothing to undo")
+    assert ": 0 entries." in tdd(repo, "status").stdout
+
+
+def test_after_undoing_a_mistaken_red_the_journal_still_verifies(repo):
+    from grader.core.assignment import load_assignment
+    from grader.core.journal import chain_problems, load_journal
+    from grader.flows.replay import verify_journal
+    from grader.run.runner import RunLimits
+    from grader.student_cli import local_sandbox
+
+    edit(repo, GRU, *SWAPPED)
+    assert tdd(repo, "red").returncode == 0
+    edit(repo, GRU, SWAPPED[1], SWAPPED[0])
+    assert tdd(repo, "green").returncode == 0
+    kept = journal(repo)
+    (repo / TEST_FILE).write_text(HAND + second_test("0.5"))  # red, but for a wrong expectation
+    assert tdd(repo, "red").returncode == 0
+    done = tdd(repo, "undo")
+    assert done.returncode == 0 and "undone: entry 3 (red" in done.stdout, done.stderr
+    assert "test_gru.py::test_hand_example_again" in done.stdout
+    assert journal(repo) == kept
+
+    (repo / TEST_FILE).write_text(HAND + second_test())  # the right expectation, red on the swapped GRU
+    edit(repo, GRU, *SWAPPED)
+    assert "red recorded (entry 3)" in tdd(repo, "red").stdout
+    edit(repo, GRU, SWAPPED[1], SWAPPED[0])
+    assert "green recorded (entry 4)" in tdd(repo, "green").stdout
+    path = repo / ".tdd" / "journal.jsonl"
+    assert chain_problems(load_journal(path)) == []
+    limits = RunLimits.of(load_assignment(LAYOUT.assignment), sandbox=local_sandbox())
+    summary = verify_journal(path, repo / TEST_FILE.parent, layout=LAYOUT, limits=limits)
+    assert summary.ok and summary.entries == 4, summary.problems
+
+
+# ------------------------------------------------------------------ from a subfolder
+def test_tdd_finds_the_journal_from_a_subfolder_as_git_finds_its_folder(repo):
+    (repo / ".git").mkdir()  # the repository's top: where a journal starts when there is none yet
+    tests = repo / TEST_FILE.parent
+    edit(repo, GRU, *SWAPPED)
+    done = tdd_in(tests, "red")
+    assert done.returncode == 0 and "red recorded (entry 1)" in done.stdout, done.stdout + done.stderr
+    assert (repo / ".tdd" / "journal.jsonl").is_file() and not (tests / ".tdd").exists()
+
+    (repo / ".git").rmdir()  # .tdd/ alone marks the repository now
+    status = tdd_in(repo / "python" / "tinyllm" / "rnn", "status")
+    assert status.returncode == 0
+    assert f"Journal {(repo / '.tdd' / 'journal.jsonl').resolve()}: 1 entries." in status.stdout, status.stdout
+    assert "red #1   test_gru.py::test_hand_example_gru_cell: waiting for green" in status.stdout
+    edit(repo, GRU, SWAPPED[1], SWAPPED[0])
+    done = tdd_in(tests, "green")
+    assert done.returncode == 0 and "green recorded (entry 2)" in done.stdout, done.stdout + done.stderr
+    done = tdd_in(tests, "undo")
+    assert done.returncode == 0 and "undone: entry 2 (green" in done.stdout, done.stdout + done.stderr
