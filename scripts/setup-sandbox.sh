@@ -6,7 +6,7 @@
 #     (setpriv, which drops to the sandbox user inside bubblewrap);
 #   * the sandbox users mutagrade-sandbox-0 .. mutagrade-sandbox-(N-1): system users with no
 #     home, no login shell and a group of their own, one per worker running at once (a grading
-#     runs two, and a machine grades up to four per core at once). N is $SANDBOX_USERS, 8 per core
+#     runs two, and a grading process grades up to two per core at once). N is $SANDBOX_USERS, 8 per core
 #     and 16 more by default.
 #
 #   scripts/setup-sandbox.sh [PYTHON]    # with PYTHON (the venv's), prints what doctor sees

@@ -28,6 +28,7 @@ DEMO_USER = "mutagrade-demo"  # an ordinary user with a home, made for this test
 PLAIN_PATH = "/usr/local/bin:/usr/bin:/bin"
 GRADED = ("10 passed, 0 failed", "h′ = 0.25 × n + 0.75 × 0.5 = 0.533787", "VERDICT: PASSED", "killed (12/12)")
 NO_SANDBOX = "sandbox: not set up here"
+HAND_TEST = (default_layout().root / "examples" / "starter" / "python" / "tests" / "l3-3-gru" / "test_gru.py").read_text()
 
 
 def _demo_user() -> pwd.struct_passwd:
@@ -110,7 +111,7 @@ def test_make_demo_on_a_fresh_clone_as_an_unprivileged_user(workdir):
         done = _run([".venv/bin/mutagrade", *command], clone, how, timeout=60)
         assert done.returncode == 0, (command, done.stderr[-2000:])
     if namespaces:
-        _first_served_submission(clone, how)
+        _first_served_submission(clone, how, workdir)
 
     # tinyllm comes with the install: the course tests run in the venv with no PYTHONPATH.
     course = _run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "reference/tests"], clone, how, timeout=300)
@@ -118,17 +119,21 @@ def test_make_demo_on_a_fresh_clone_as_an_unprivileged_user(workdir):
     assert course.stdout.splitlines()[-1].startswith("10 passed"), course.stdout[-500:]
 
 
-def _first_served_submission(clone: Path, how: dict) -> None:
-    """The README's quick start of the service: serve, a token, a submit that waits for its report."""
+def _first_served_submission(clone: Path, how: dict, workdir: Path) -> None:
+    """The README's quick start of the service (serve, a token, a submit that waits for its
+    report), then a student's first hour against it: the student package built and installed
+    from its wheel, a red with a typo in the test (refused), a red, an undo, the red again, a
+    green, and a submit."""
     port = free_port()
     server = subprocess.Popen([".venv/bin/mutagrade", "serve", "--port", str(port)], cwd=clone,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, **how)
+    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             assert server.poll() is None, server.stderr.read().decode(errors="replace")[-3000:]
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
@@ -136,11 +141,49 @@ def _first_served_submission(clone: Path, how: dict) -> None:
                      clone, how, timeout=120)
         assert token.returncode == 0, token.stderr[-2000:]
         env = {**how["env"], "MUTAGRADE_TOKEN": token.stdout.strip()}
-        submit = _run([".venv/bin/mutagrade", "submit", "examples/student", "--server", f"http://127.0.0.1:{port}"],
+        submit = _run([".venv/bin/mutagrade", "submit", "examples/student", "--server", url],
                       clone, {**how, "env": env}, timeout=300)
         assert submit.returncode == 0 and "VERDICT: PASSED" in submit.stdout, submit.stdout[-3000:] + submit.stderr[-2000:]
+        _a_students_first_hour(clone, {**how, "env": env}, workdir, url)
     finally:
         kill_group(server)
+
+
+TYPO = HAND_TEST.replace("gru_cell(Tensor([[1.0]]", "gru_cel(Tensor([[1.0]]")
+
+
+def _a_students_first_hour(clone: Path, how: dict, workdir: Path, url: str) -> None:
+    built = _run(["make", "student-package", f"STUDENT_DIST={workdir / 'dist'}"], clone, how, timeout=600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    [wheel] = (workdir / "dist").glob("mutagrade_student-*.whl")
+    venv = workdir / "student-venv"
+    for argv in (["python3", "-m", "venv", str(venv)], [str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)]):
+        done = _run(argv, workdir, how, timeout=600)
+        assert done.returncode == 0, (argv, done.stdout[-2000:] + done.stderr[-2000:])
+    repo = workdir / "repo"
+    shutil.copytree(clone / "examples" / "starter", repo)
+    if "user" in how:  # the student's own repository
+        subprocess.run(["chown", "-R", f"{how['user']}:{how['group']}", str(repo)], check=True)
+    tests = repo / "python" / "tests" / "l3-3-gru" / "test_gru.py"
+    given = tests.read_text()
+    mutagrade = str(venv / "bin" / "mutagrade")
+
+    def student(*argv: str, cwd: Path = repo) -> subprocess.CompletedProcess:
+        return _run([mutagrade, *argv], cwd, how, timeout=300)
+
+    tests.write_text(TYPO)
+    typo = student("tdd", "red", cwd=repo / "python")  # from a subfolder, as git would
+    assert typo.returncode == 2 and "NameError" in typo.stdout + typo.stderr, typo.stdout + typo.stderr
+    tests.write_text(given)
+    for step in (("tdd", "red"), ("tdd", "undo"), ("tdd", "red")):
+        done = student(*step)
+        assert done.returncode == 0, (step, done.stdout + done.stderr)
+    gru = repo / "python" / "tinyllm" / "rnn" / "gru.py"
+    gru.write_bytes((clone / "examples" / "student" / "python" / "tinyllm" / "rnn" / "gru.py").read_bytes())
+    green = student("tdd", "green")
+    assert green.returncode == 0 and "green recorded (entry 2)" in green.stdout, green.stdout + green.stderr
+    submitted = student("submit", "--server", url)
+    assert submitted.returncode in (0, 1) and "Journal: verified" in submitted.stdout, submitted.stdout[-3000:]
 
 
 def test_make_demo_on_a_fresh_clone_as_root_sets_the_sandbox_up_first(workdir):

@@ -74,7 +74,9 @@ def capacity(*, workers_free: int | None = None, cores: int | None = None,
     """
     cores = cores if cores is not None else len(os.sched_getaffinity(0))
     memory_mb = memory_mb if memory_mb is not None else _available_mb()
-    most = 4 * cores  # beyond this, even idle gradings are more bookkeeping than help
+    # Beyond this, even idle gradings are more bookkeeping than help, and each keeps two warm
+    # workers (two sandbox users) for as long as its process grades.
+    most = 2 * cores
     if memory_mb is not None:
         most = min(most, memory_mb // per_grading_mb)
     if workers_free is not None:

@@ -78,7 +78,7 @@ def test_the_idle_probe_reads_the_cores_given() -> None:
 
 
 def test_capacity_is_bounded_by_memory_and_sandbox_users() -> None:
-    assert capacity(cores=2, memory_mb=100_000).most == 8
+    assert capacity(cores=2, memory_mb=100_000).most == 4
     assert capacity(cores=16, memory_mb=2000, per_grading_mb=400).most == 5
     assert capacity(cores=16, memory_mb=100_000, workers_free=10).most == 5
     assert capacity(cores=4, memory_mb=10).most == 1
