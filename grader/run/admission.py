@@ -196,20 +196,28 @@ class Admission:
         finally:
             self.leave()
 
+    def _lock(self, number: int) -> int | None:
+        """Slot ``number`` locked (its open file: closing it frees the slot), or None when
+        another grading holds it."""
+        assert self.slots is not None  # noqa: S101 - only called with shared slots
+        fd = os.open(self.slots / f"{number}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
     def _take_slot(self, allowed: int) -> bool:
         """Lock a free slot of the machine's among the first ``allowed`` (True without
         ``slots``); another process may have taken the last one first."""
         if self.slots is None:
             return True
         for number in range(allowed):
-            fd = os.open(self.slots / f"{number}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            self._held.fds = [*getattr(self._held, "fds", []), fd]
-            return True
+            fd = self._lock(number)
+            if fd is not None:
+                self._held.fds = [*getattr(self._held, "fds", []), fd]
+                return True
         return False
 
     def _running(self) -> int:
@@ -218,13 +226,10 @@ class Admission:
             return self.running
         busy = 0
         for number in range(self.capacity.most):
-            fd = os.open(self.slots / f"{number}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            except BlockingIOError:
+            fd = self._lock(number)
+            if fd is None:
                 busy += 1
-            finally:
+            else:
                 os.close(fd)
         return busy
 
