@@ -51,7 +51,7 @@ def _threads(workers: int | None) -> str:
 
 
 def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
-    from api.celery_app import make_celery
+    from api.work.celery_app import make_celery
     from api.config import get_settings
     from grader.flows.golden import device_in_use
 
@@ -65,10 +65,10 @@ def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
     app = make_celery(settings)
     concurrency = args.concurrency
     if concurrency is None:
-        from grader.run.admission import machine_capacity
+        from grader.flows.serving import machine_capacity
 
         # Each process grades one job at a time, through the machine's admission
-        # (api.tasks): a grading that sleeps holds a process, not a core.
+        # (api.work.tasks): a grading that sleeps holds a process, not a core.
         concurrency = machine_capacity("auto").most if "cpu" in args.queues else 1
     app.worker_main([
         "worker", "--queues", args.queues, "--concurrency", str(concurrency),
@@ -98,8 +98,8 @@ def _ping_worker(app, name: str) -> int:
 
 def _admin_session(args: argparse.Namespace):
     from api.config import get_settings
-    from api.db import make_engine, make_sessionmaker
-    from api.migrate import upgrade
+    from api.store.db import make_engine, make_sessionmaker
+    from api.store.migrate import upgrade
 
     settings = get_settings(root=args.root)
     upgrade(settings.database_url)
@@ -107,7 +107,7 @@ def _admin_session(args: argparse.Namespace):
 
 
 def _cmd_admin(args: argparse.Namespace, layout: Layout) -> int:
-    from api import crud
+    from api.store import crud
 
     with _admin_session(args) as session:
         if args.verb == "token-create":

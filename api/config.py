@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grader.flows.archive import ArchiveLimits
 from grader.core.paths import Layout, default_layout
-from grader.sandbox.status import RETRY_FAILED_PROBE_S
+from grader.flows.serving import RETRY_FAILED_PROBE_S
 
 __all__ = ["Settings", "archive_limits", "get_settings", "layout_of"]
 

@@ -10,12 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from api.config import Settings, get_settings, layout_of
-from api.db import make_engine, make_sessionmaker
+from api.store.db import make_engine, make_sessionmaker
 from api.logs import install as redact_tokens_in_logs
-from api.migrate import upgrade
-from api.queue import make_queue
-from api.ratelimit import RateLimiter
-from api.routes import docs, golden, pages, public, staff, submissions
+from api.store.migrate import upgrade
+from api.work.queue import make_queue
+from api.web.ratelimit import RateLimiter
+from api.web.routes import docs, golden, pages, public, staff, submissions
 from grader import __version__
 from grader.core.assignment import load_assignment
 from grader.core.variants import build_variants

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from sqlalchemy import create_engine, select, text  # noqa: E402
 
-from api.db import Submission  # noqa: E402
+from api.store.db import Submission  # noqa: E402
 
 from tests.services import (  # noqa: E402
     ApiProcess,

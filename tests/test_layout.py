@@ -113,3 +113,33 @@ def test_no_private_name_crosses_a_module() -> None:
     layers hand each other public functions)."""
     crossing = [line for folder in ("grader", "api") for path in _modules(folder) for line in _private_imports(path)]
     assert crossing == [], "\n".join(crossing)
+
+
+# The service is laid out by what each part serves (ARCHITECTURE.md, "The service's parts").
+SERVICE_PARTS = {
+    # part: what of the service and the grader it may import
+    "store": ({"api.store", "api.config"}, {"grader.core"}),
+    "work": ({"api.store", "api.work", "api.config"}, {"grader.core", "grader.flows"}),
+    "web": ({"api.store", "api.web", "api.work", "api.config"}, {"grader.core", "grader.flows", "grader.report"}),
+}
+
+
+def test_the_service_is_laid_out_as_web_work_and_store() -> None:
+    top = {p.name for p in (ROOT / "api").iterdir() if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__")}
+    assert {"web", "work", "store"} <= top
+    assert top - {"web", "work", "store"} <= {"__init__.py", "cli.py", "config.py", "logs.py", "main.py"}, (
+        f"api/ holds {sorted(top)}: each module belongs to web (routes, pages), work (jobs, queues) or store "
+        "(models, queries, migrations)")
+
+
+@pytest.mark.parametrize("part", sorted(SERVICE_PARTS))
+def test_each_part_of_the_service_reaches_only_what_it_serves_with(part: str) -> None:
+    service_ok, grader_ok = SERVICE_PARTS[part]
+    broken = []
+    for path in _modules(f"api/{part}"):
+        for name in _imports(path):
+            if _within(name, "api") and name != "api" and not any(_within(name, ok) for ok in service_ok):
+                broken.append(f"{path.relative_to(ROOT)} imports {name}")
+            if _within(name, "grader") and not any(_within(name, ok) for ok in grader_ok):
+                broken.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not broken, "\n".join(broken)

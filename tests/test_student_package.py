@@ -125,7 +125,7 @@ def test_make_builds_the_wheel_with_the_student_modules_and_no_answer_key(wheel)
                    "grader/core/assignment.py", "grader/course/mutants/assignment.toml"):
         assert needed in names, f"{needed} is missing from the wheel"
     for staff in ("grader/cli.py", "grader/core/variants.py", "grader/flows/grading.py", "grader/flows/calibration.py",
-                  "grader/flows/automutants.py", "grader/flows/bundle.py", "api/main.py", "api/crud.py"):
+                  "grader/flows/automutants.py", "grader/flows/bundle.py", "api/main.py", "api/store/crud.py"):
         assert staff not in names, f"{staff} is a staff module, but the student wheel holds it"
     assert not [n for n in names if n.startswith("api/")], "the student package ships no part of the service"
     # Of the mutants folder, the assignment alone (its threshold and limits): no patch, no manifest.

@@ -1,7 +1,7 @@
 """A standalone HTML page (``mutagrade grade --format html``): one file a student opens in any
 browser, offline.
 
-The same sections, colours and symbols as the service's report page (``api/templates/``), with
+The same sections, colours and symbols as the service's report page (``api/web/templates/``), with
 nothing outside the file: its style sheet is inline, it loads and runs nothing, and it says so to
 the browser (a ``Content-Security-Policy`` forbidding every script and resource). Test ids,
 messages and file names come from students: every piece of text is escaped (and control

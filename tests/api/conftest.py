@@ -20,8 +20,8 @@ import httpx
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from api.db import make_engine, make_sessionmaker
-from api.migrate import upgrade
+from api.store.db import make_engine, make_sessionmaker
+from api.store.migrate import upgrade
 from grader.core.paths import default_layout
 from tests.services import PostgresServer, postgres_server
 

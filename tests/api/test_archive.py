@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from api import crud
+from api.store import crud
 from grader.flows.archive import ArchiveError, ArchiveLimits, check_archive, unpack
 from api.config import Settings
-from api.db import Submission, make_engine, make_sessionmaker
-from api.jobs import grade_submission
-from api.migrate import upgrade
+from api.store.db import Submission, make_engine, make_sessionmaker
+from api.work.jobs import grade_submission
+from api.store.migrate import upgrade
 from tests.api.conftest import STUDENT, tar_gz, wait_done
 
 TESTS = "python/tests/l3-3-gru"

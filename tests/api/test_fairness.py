@@ -17,8 +17,8 @@ import httpx
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
-from api.db import User
+from api.store import crud
+from api.store.db import User
 from tests.api.burst import sleeper_archive, small_archive
 from tests.api.conftest import Server, make_server, wait_done
 

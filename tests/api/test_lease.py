@@ -15,11 +15,11 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
+from api.store import crud
 from api.config import Settings
-from api.db import Submission
-from api.lease import Heartbeat
-from api.queue import LocalQueue
+from api.store.db import Submission
+from api.work.lease import Heartbeat
+from api.work.queue import LocalQueue
 from tests.api.burst import sleeper_archive
 
 LEASE_S = 1.0
@@ -113,8 +113,8 @@ def celery_grade():
     """The Celery app's grade task, run eagerly (no broker): the task's own code."""
     from celery.signals import worker_process_shutdown
 
-    from api.celery_app import make_celery
-    from api.tasks import GRADE
+    from api.work.celery_app import make_celery
+    from api.work.tasks import GRADE
 
     def make(url: str, **settings):
         app = make_celery(Settings(database_url=url, queue="celery", **settings))

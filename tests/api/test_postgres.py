@@ -20,7 +20,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
-from api.migrate import MIGRATIONS
+from api.store.migrate import MIGRATIONS
 
 from tests.api.conftest import Server, example_archive, make_server, wait_done
 from tests.services import postgres_server

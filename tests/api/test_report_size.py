@@ -14,9 +14,9 @@ from typing import Iterator
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
-from api.db import Submission, make_engine, make_sessionmaker
-from api.migrate import upgrade
+from api.store import crud
+from api.store.db import Submission, make_engine, make_sessionmaker
+from api.store.migrate import upgrade
 from grader.core.caps import MAX_LISTED, MAX_STORED_REPORT_BYTES, MAX_TEST_FILE_BYTES, MAX_TESTS, MAX_TEXT_CHARS
 from grader.core.models import Outcome, PolicySummary, Report, Score, TestStatus, TestVerdict
 from tests.api.conftest import tar_gz, wait_done

@@ -17,12 +17,12 @@ import pytest
 
 import grader.sandbox.process as process
 import grader.sandbox.status as status
-from api import crud
+from api.store import crud
 from api.config import Settings
-from api.db import Submission, make_engine, make_sessionmaker
-from api.jobs import GradingDeferred, grade_submission
-from api.migrate import upgrade
-from api.queue import LocalQueue
+from api.store.db import Submission, make_engine, make_sessionmaker
+from api.work.jobs import GradingDeferred, grade_submission
+from api.store.migrate import upgrade
+from api.work.queue import LocalQueue
 from grader.sandbox.users import sandbox_users
 from tests.api.conftest import example_archive
 
@@ -157,8 +157,8 @@ def celery_grade():
     does."""
     from celery.signals import worker_process_shutdown
 
-    from api.celery_app import make_celery
-    from api.tasks import GRADE
+    from api.work.celery_app import make_celery
+    from api.work.tasks import GRADE
 
     def make(url: str, **settings):
         app = make_celery(Settings(database_url=url, queue="celery", **settings))

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
+from api.store import crud
 from api.config import Settings, archive_limits, layout_of
-from api.db import Submission
+from api.store.db import Submission
 from grader.core.assignment import load_assignment
 from grader.core.caps import report_json_within
 from grader.flows.grading import GradingInputError, grade_suite
 from grader.flows.intake import Upload, open_submission
 from grader.core.models import Audience
-from grader.run.runner import RunLimits
-from grader.run.scheduler import WorkerPool
-from grader.sandbox.base import SandboxUnavailable
+from grader.flows.serving import RunLimits, SandboxUnavailable, WorkerPool
 
 __all__ = ["GradingDeferred", "grade_submission", "make_pool"]
 

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 from fastapi import HTTPException, Request, status
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import Submission, User
-from api.schemas import Links, SubmissionPublic
+from api.store import crud
+from api.store.db import Submission, User
+from api.web.schemas import Links, SubmissionPublic
 from grader.core.states import JobStatus, Role
 from grader.core.models import Report
 from grader.core.scoring import student_view

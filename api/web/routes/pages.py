@@ -7,7 +7,7 @@ A token reaches the pages one way only: the sign-in form, which sets an HTTP-onl
 Student text (test ids, messages, file and user names) is escaped by Jinja's autoescaping, and
 every page also tells the browser to run no script at all (:data:`PAGE_HEADERS`).
 The forms that change something post here with a form token and are checked to come from these
-pages (:mod:`api.csrf`); uploading and regrading go through the same code as the REST routes.
+pages (:mod:`api.web.csrf`); uploading and regrading go through the same code as the REST routes.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as FormError
 
-from api import crud
-from api.csrf import FIELD, foreign_origin, form_token, token_matches
-from api.db import User
-from api.deps import TOKEN_COOKIE, RowId, SessionDep, request_token
-from api.submitting import accept_upload, start_regrade
+from api.store import crud
+from api.web.csrf import FIELD, foreign_origin, form_token, token_matches
+from api.store.db import User
+from api.web.deps import TOKEN_COOKIE, RowId, SessionDep, request_token
+from api.web.submitting import accept_upload, start_regrade
 from grader.core.states import IN_FLIGHT, Role
-from api.views import owned_submission, public, shown_time
+from api.web.views import owned_submission, public, shown_time
 from grader.report._common import mutant_name
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
@@ -203,7 +203,7 @@ def submission_html(request: Request, session: SessionDep, user: PageUser, submi
 @router.post("/submissions/{submission_id}/regrade", response_class=HTMLResponse)
 def regrade(
     request: Request, session: SessionDep, user: PageUser, submission_id: RowId,
-    csrf: Annotated[str | None, Form()] = None,  # the form token (api.csrf.FIELD)
+    csrf: Annotated[str | None, Form()] = None,  # the form token (api.web.csrf.FIELD)
 ) -> Response:
     """The staff's "Grade again" button: the staff REST route's regrade, then the same page."""
     if user is None:

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, Request, status
 
-from api import crud
-from api.db import GoldenRun
-from api.deps import RowId, SessionDep, StaffUser
-from api.schemas import GoldenRequest, GoldenResult, GoldenRunPublic
+from api.store import crud
+from api.store.db import GoldenRun
+from api.web.deps import RowId, SessionDep, StaffUser
+from api.store.records import GoldenResult
+from api.web.schemas import GoldenRequest, GoldenRunPublic
 
 router = APIRouter(prefix="/v1/golden", tags=["staff"])
 

@@ -1,5 +1,5 @@
 """Accepting a submission and starting a regrade: what the REST routes and the pages' forms
-both do, below either (api/routes/submissions.py, api/routes/pages.py)."""
+both do, below either (api/web/routes/submissions.py, api/web/routes/pages.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from fastapi import HTTPException, Request, UploadFile, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api import crud
+from api.store import crud
 from api.config import archive_limits
-from api.db import User
-from api.schemas import SubmissionCreated
-from api.views import links, owned_submission
+from api.store.db import User
+from api.web.schemas import SubmissionCreated
+from api.web.views import links, owned_submission
 from grader.flows.archive import ArchiveError, check_archive
 
 __all__ = ["accept_upload", "start_regrade"]

@@ -1,4 +1,4 @@
-"""Bringing a database's schema up to date with the Alembic migrations in ``api/migrations``."""
+"""Bringing a database's schema up to date with the Alembic migrations in ``api/store/migrations``."""
 
 from __future__ import annotations
 

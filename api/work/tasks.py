@@ -3,11 +3,11 @@
 Tasks are thin: they take ids, re-fetch everything from the database, call the grader's library
 functions and write results to the database. They are idempotent (a claim in the database
 decides who grades), so they can be ``acks_late``. A grading's claim is renewed while it runs
-(``api.lease``): a job whose worker dies is taken by the next worker to look for one once the
+(``api.work.lease``): a job whose worker dies is taken by the next worker to look for one once the
 claim has lapsed (``Settings.lease_s``), long before Redis would deliver its message again, and
 graded once.
 
-:func:`register` puts them on an app (:func:`api.celery_app.make_celery` does); a caller sends
+:func:`register` puts them on an app (:func:`api.work.celery_app.make_celery` does); a caller sends
 one by its name, ``app.tasks[GRADE]``.
 """
 
@@ -22,13 +22,13 @@ from celery import Celery, Task
 from celery.signals import worker_process_init, worker_process_shutdown
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
+from api.store import crud
 from api.config import Settings
-from api.db import Submission, make_engine, make_sessionmaker
-from api.jobs import GradingDeferred, grade_submission, make_pool
-from api.lease import Heartbeat
-from grader.run.admission import Admission, machine_admission
-from grader.run.scheduler import WorkerPool
+from api.store.db import Submission, make_engine, make_sessionmaker
+from api.work.jobs import GradingDeferred, grade_submission, make_pool
+from api.work.lease import Heartbeat
+from grader.flows.serving import Admission, machine_admission
+from grader.flows.serving import WorkerPool
 
 __all__ = ["GOLDEN", "GRADE", "JobTask", "golden", "grade", "register"]
 
@@ -158,7 +158,7 @@ def _grade_held(task: JobTask, submission: Submission, *, worker: str, make_sess
 
 def golden(task: JobTask, run_id: int) -> str:
     """Compare variants (and a student implementation) with live torch, on this worker's device."""
-    from api.golden_jobs import run_golden
+    from api.work.golden_jobs import run_golden
 
     return run_golden(run_id, settings=task.settings, make_session=task.process.sessions())
 

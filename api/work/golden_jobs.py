@@ -11,9 +11,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
+from api.store import crud
 from api.config import Settings, archive_limits, layout_of
-from api.schemas import GoldenResult, VariantGolden
+from api.store.records import GoldenResult, VariantGolden
 from grader.flows.archive import unpack
 from grader.core.assignment import load_assignment
 from grader.core.models import Outcome
@@ -54,7 +54,7 @@ def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -
         result = compare_variants(settings, cases=run.cases)
         if run.submission_id is not None:
             from grader.flows.check import check_implementation
-            from grader.run.runner import RunLimits
+            from grader.flows.serving import RunLimits
 
             with make_session() as session:
                 archive = crud.get_submission(session, run.submission_id).archive

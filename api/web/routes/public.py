@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from api import crud
-from api.schemas import AssignmentPublic, Health, MutantPublic
+from api.store import crud
+from api.web.schemas import AssignmentPublic, Health, MutantPublic
 from grader.core.models import Audience
 from grader.core.scoring import shown_ids
 from grader.core.variants import VariantKind

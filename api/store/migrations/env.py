@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from api.db import Base
+from api.store.db import Base
 
 config = context.config
 target_metadata = Base.metadata

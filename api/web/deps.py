@@ -9,9 +9,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import User
-from api.schemas import ID_MAX
+from api.store import crud
+from api.store.db import User
+from api.web.schemas import ID_MAX
 from grader.core.states import Role
 
 __all__ = ["ID_MAX", "TOKEN_COOKIE", "CurrentUser", "RowId", "SessionDep", "StaffUser", "get_session", "request_token"]
@@ -54,7 +54,7 @@ def get_current_user(
     The cookie opens what the pages link to (reports to download) and changes nothing: the
     browser sends it with a request to this host from any page of the same site, so a post from
     elsewhere would ride on it. The pages' own forms post to the pages, which check them
-    (:mod:`api.csrf`)."""
+    (:mod:`api.web.csrf`)."""
     token = request_token(request, bearer=True, cookie=request.method in _READ_ONLY)
     if not token:
         raise HTTPException(

@@ -1,5 +1,5 @@
 """The Celery application, built by :func:`make_celery` from settings, with the tasks of
-:mod:`api.tasks` (``grade`` on queue ``cpu``, ``golden`` on queue ``gpu``) registered on it.
+:mod:`api.work.tasks` (``grade`` on queue ``cpu``, ``golden`` on queue ``gpu``) registered on it.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from celery import Celery
 
 from api.config import Settings, get_settings
-from api.tasks import GOLDEN, GRADE, register
+from api.work.tasks import GOLDEN, GRADE, register
 
 __all__ = ["make_celery"]
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
-from api.celery_app import make_celery
+from api.store import crud
+from api.work.celery_app import make_celery
 from api.config import Settings
-from api.db import utcnow
-from api.tasks import GOLDEN, GRADE
+from api.store.db import utcnow
+from api.work.tasks import GOLDEN, GRADE
 
 __all__ = ["CeleryQueue"]
 

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
 
-from api import crud
-from api.deps import CurrentUser, RowId, SessionDep, StaffUser
-from api.schemas import ID_MAX, SubmissionCreated, SubmissionPublic
+from api.store import crud
+from api.web.deps import CurrentUser, RowId, SessionDep, StaffUser
+from api.web.schemas import ID_MAX, SubmissionCreated, SubmissionPublic
 from grader.core.states import JobStatus, Role
-from api.submitting import accept_upload, start_regrade
-from api.views import done_report, owned_submission, public
+from api.web.submitting import accept_upload, start_regrade
+from api.web.views import done_report, owned_submission, public
 from grader.report import render
 from grader.report.gradescope import gradescope_options, render_gradescope
 
@@ -103,7 +103,7 @@ def report_gradescope(request: Request, session: SessionDep, user: CurrentUser, 
 
 @router.get("/{submission_id}/report.html", responses={**_ERRORS, 409: {"description": "not graded yet"}})
 def report_html(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
-    from api.routes.pages import submission_page
+    from api.web.routes.pages import submission_page
 
     return submission_page(request, session, user, submission_id)
 

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from api.store.records import GoldenResult
 from grader.core.models import Report
 
 __all__ = [
     "ID_MAX",
     "AssignmentPublic",
     "GoldenRequest",
-    "GoldenResult",
     "GoldenRunPublic",
     "Health",
     "Links",
     "MutantPublic",
     "SubmissionCreated",
     "SubmissionPublic",
-    "VariantGolden",
 ]
 
 # Ids are Integer columns: 32-bit on PostgreSQL, 64-bit on SQLite. A larger number in a request
@@ -77,26 +76,6 @@ class Health(BaseModel):
     status: str
     database: str | None = None
     queue: str | None = None
-
-
-class VariantGolden(BaseModel):
-    id: str
-    kind: str
-    matches: bool
-    max_deviation: float
-    worst: str
-
-
-class GoldenResult(BaseModel):
-    """A golden run's result, as stored with the run and sent back."""
-
-    device: str
-    dtype: str
-    cases: int
-    variants: list[VariantGolden]
-    cases_per_s: float
-    implementation_ok: bool | None = None  # a submission's own package, where one was given
-    implementation_problems: list[str] = []
 
 
 class GoldenRequest(BaseModel):

@@ -6,8 +6,8 @@ import io
 
 from fastapi import APIRouter, Response
 
-from api import crud
-from api.deps import SessionDep, StaffUser
+from api.store import crud
+from api.web.deps import SessionDep, StaffUser
 from grader.report.spreadsheet import write_rows
 
 router = APIRouter(prefix="/v1", tags=["staff"])

@@ -21,12 +21,12 @@ from typing import Protocol
 
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
+from api.store import crud
 from api.config import Settings
-from api.jobs import GradingDeferred, grade_submission, make_pool
-from api.lease import Heartbeat
-from grader.run.admission import machine_admission
-from grader.run.scheduler import WorkerPool
+from api.work.jobs import GradingDeferred, grade_submission, make_pool
+from api.work.lease import Heartbeat
+from grader.flows.serving import machine_admission
+from grader.flows.serving import WorkerPool
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
@@ -81,7 +81,7 @@ class LocalQueue:
             self._wake.notify()
 
     def enqueue_golden(self, run_id: int) -> None:
-        from api.golden_jobs import run_golden
+        from api.work.golden_jobs import run_golden
 
         # One comparison at a time is plenty on a machine without a GPU worker.
         thread = threading.Thread(
@@ -151,7 +151,7 @@ class LocalQueue:
 def make_queue(*, settings: Settings, make_session: sessionmaker) -> Queue:
     """The queue backend the settings name."""
     if settings.queue == "celery":
-        from api.celery_queue import CeleryQueue
+        from api.work.celery_queue import CeleryQueue
 
         return CeleryQueue(settings=settings, make_session=make_session)
     return LocalQueue(settings=settings, make_session=make_session)

@@ -11,7 +11,7 @@ from types import TracebackType
 
 from sqlalchemy.orm import sessionmaker
 
-from api import crud
+from api.store import crud
 
 __all__ = ["Heartbeat"]
 

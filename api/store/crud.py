@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from api.db import GoldenRun, Submission, User, utcnow
+from api.store.db import GoldenRun, Submission, User, utcnow
 from grader.core.states import IN_FLIGHT, JobStatus, Role
 from grader.core.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
 from grader.core.models import Report

@@ -1,0 +1,1 @@
+"""The service's store: database models, every query, migrations."""

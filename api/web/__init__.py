@@ -1,0 +1,1 @@
+"""The service's web side: routes, pages, templates, request checks."""
