@@ -20,9 +20,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, sessionmaker
 
-from grader.core.states import JobStatus
+from grader.core.states import JobStatus, RegradeState, SubmissionKind
 
-__all__ = ["Base", "GoldenRun", "Submission", "User", "make_engine", "make_sessionmaker", "utcnow"]
+__all__ = [
+    "AuditEvent", "Base", "Extension", "GoldenRun", "RegradeRequest", "Submission", "User", "make_engine",
+    "make_sessionmaker", "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -43,6 +46,14 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(10))  # a Role
     token_hash: Mapped[str | None] = mapped_column(String(64), unique=True, index=True, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # From the course's roster (an LMS export, grader/core/roster.py): how the LMS knows them.
+    display_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    email: Mapped[str | None] = mapped_column(String(254), nullable=True)
+    sis_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    lms_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    section: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # Set when staff removed them from the roster (their token is revoked then too).
+    removed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     submissions: Mapped[list["Submission"]] = relationship(back_populates="user")
 
@@ -73,8 +84,64 @@ class Submission(Base):
     full_matrix: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Times it was put back because the grading sandbox was unavailable (a regrade starts again).
     sandbox_waits: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # A submission, or a preview that never becomes the grade of record (a SubmissionKind).
+    kind: Mapped[str] = mapped_column(String(10), default=SubmissionKind.SUBMISSION,
+                                      server_default=SubmissionKind.SUBMISSION, index=True)
+    # Stamped when it was stored, against the student's due date (a Timeliness; None: no due date).
+    timeliness: Mapped[str | None] = mapped_column(String(10), nullable=True)
+    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    days_late: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    penalty: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # share of the points
+    # Staff's override of the grade, with the reason (recorded, with who and when, as an AuditEvent too).
+    override_points: Mapped[float | None] = mapped_column(Float, nullable=True)
+    override_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    override_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    override_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     user: Mapped[User] = relationship(back_populates="submissions")
+
+
+class Extension(Base):
+    """A student's own due date, granted by staff; it replaces the assignment's for them."""
+
+    __tablename__ = "extensions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), unique=True, index=True)
+    due: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    granted_by: Mapped[str] = mapped_column(String(100))
+    granted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RegradeRequest(Base):
+    """A student's request that a submission be looked at again, and staff's answer."""
+
+    __tablename__ = "regrade_requests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    state: Mapped[str] = mapped_column(String(10), default=RegradeState.OPEN, index=True)
+    answer: Mapped[str | None] = mapped_column(Text, nullable=True)
+    answered_by: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    answered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class AuditEvent(Base):
+    """What staff did to the course's record (a roster import, an extension, an override, an
+    answer to a regrade request, a regrade), by whom and when: kept, never edited."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(100))
+    action: Mapped[str] = mapped_column(String(40))
+    subject: Mapped[str] = mapped_column(String(200), default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
 
 
 class GoldenRun(Base):

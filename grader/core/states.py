@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["IN_FLIGHT", "JobStatus", "Role"]
+__all__ = ["IN_FLIGHT", "JobStatus", "RegradeState", "Role", "SubmissionKind", "Timeliness"]
 
 
 class JobStatus(StrEnum):
@@ -31,3 +31,26 @@ class Role(StrEnum):
 
     STUDENT = "student"
     STAFF = "staff"
+
+
+class SubmissionKind(StrEnum):
+    """A submission counts for the grade; a preview (``mutagrade check`` against a server) is
+    graded the same way but never becomes the grade of record, and has its own rate limit."""
+
+    SUBMISSION = "submission"
+    PREVIEW = "preview"
+
+
+class Timeliness(StrEnum):
+    """A submission's time against its student's due date (``grader/core/deadlines.py``); one
+    that would be refused is never stored."""
+
+    ON_TIME = "on_time"
+    LATE = "late"
+
+
+class RegradeState(StrEnum):
+    """A student's regrade request: open until staff answer it."""
+
+    OPEN = "open"
+    ANSWERED = "answered"
