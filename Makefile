@@ -56,7 +56,9 @@ CHECK_TESTS = tests/test_layout.py tests/test_docs.py \
 	tests/grader/test_caps.py tests/grader/test_assignment.py tests/grader/test_policy.py \
 	tests/grader/test_copies.py tests/grader/test_lazymodule.py tests/grader/test_admission.py \
 	tests/grader/test_judgement.py tests/grader/test_report.py tests/grader/test_variants.py \
-	tests/grader/test_code_cache.py tests/grader/test_junit_schema.py tests/grader/test_student_text.py
+	tests/grader/test_code_cache.py tests/grader/test_junit_schema.py tests/grader/test_student_text.py \
+	tests/grader/test_deadlines.py tests/grader/test_points.py tests/grader/test_roster.py \
+	tests/grader/test_gradebook_export.py
 
 check: venv bytecode
 	$(BIN)/python -m pytest -q $(CHECK_TESTS)

@@ -203,8 +203,9 @@ def _cmd_grade(args: argparse.Namespace, layout: Layout) -> int:
 def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from grader.flows.batch import find_submissions, grade_batch, write_csv
+    from grader.flows.batch import find_submissions, grade_batch, write_gradebook
 
+    roster = _batch_roster(args)
     submissions = Path(args.submissions_dir)
     expected = "one folder or archive (.zip, .tar.gz) per student"
     if not submissions.is_dir():
@@ -225,10 +226,59 @@ def _cmd_grade_batch(args: argparse.Namespace, layout: Layout) -> int:
 
         rows = grade_batch(submissions, layout=layout, assignment=assignment, policy=args.policy == "on",
                            on_done=done, reports=Path(args.reports) if args.reports else None, ahead=args.ahead)
-    write_csv(rows, Path(args.output))
+    lines = write_gradebook(rows, Path(args.output), fmt=args.gradebook_format, roster=roster, assignment=assignment)
     passed = sum(r.passed for r in rows)
     print(f"{len(rows)} submissions graded, {passed} passed; gradebook written to {args.output}")
+    if roster is not None:
+        missing = sum(line.status == "no submission" for line in lines)
+        strays = [line.entry.login for line in lines[len(roster):]]
+        named = ", ".join(strays[:10]) + (f" and {len(strays) - 10} more" if len(strays) > 10 else "")
+        print(f"roster: {len(roster)} students, {missing} without a submission"
+              + (f"; submissions on no roster (a row each, named as their folder): {named}" if strays else ""))
     return EXIT_OK
+
+
+def _batch_roster(args: argparse.Namespace):
+    """The students of ``--roster`` (None without it); a Canvas or Moodle gradebook needs them."""
+    if args.roster is None:
+        if args.gradebook_format != "csv":
+            raise UsageError(
+                f"--gradebook-format {args.gradebook_format} needs --roster FILE: the course's "
+                f"{args.gradebook_format.capitalize()} CSV export of its students, whose logins name the submissions")
+        return None
+    from grader.core.roster import RosterError, read_roster
+
+    try:
+        return read_roster(Path(args.roster))
+    except RosterError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _cmd_stats(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.flows.stats import StatsInputError, run_stats
+
+    try:
+        return run_stats(Path(args.reports_dir), fmt=args.format, plots=Path(args.plots) if args.plots else None)
+    except StatsInputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _cmd_similarity(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.flows.similarity import run_similarity
+
+    return run_similarity(Path(args.submissions_dir), layout=layout, threshold=args.threshold, fmt=args.format,
+                          html=Path(args.html) if args.html else None)
+
+
+def _share(text: str) -> float:
+    """A share from 0 to 1, for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    return value
 
 
 def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
@@ -328,7 +378,27 @@ def _add_grading_commands(commands: argparse._SubParsersAction) -> None:
                        "(default 2; 0: one after the other)")
     batch.add_argument("--policy", choices=("on", "off"), default="on")
     batch.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    batch.add_argument("--gradebook-format", choices=("csv", "canvas", "moodle"), default="csv",
+                       help="csv (default): the grading CSV, or with --roster one row per student in points; "
+                            "canvas, moodle: that LMS's grade import (needs --roster)")
+    batch.add_argument("--roster", metavar="FILE",
+                       help="the course's Canvas or Moodle CSV export; each student's submission is the one "
+                            "named after their login")
     batch.set_defaults(run=_cmd_grade_batch)
+
+    stats = commands.add_parser("stats", help="staff: the class's statistics from grade-batch's --reports")
+    stats.add_argument("reports_dir", help="the folder grade-batch --reports wrote (one JSON per student)")
+    stats.add_argument("--format", choices=("text", "json"), default="text")  # grader.flows.stats.STATS_FORMATS
+    stats.add_argument("--plots", metavar="DIR", help="also write kill_rates.svg, scores.svg and validity.svg here")
+    stats.set_defaults(run=_cmd_stats)
+
+    similar = commands.add_parser("similarity", help="staff: pairs of students whose test suites are alike (MOSS-style)")
+    similar.add_argument("submissions_dir", help="one folder or archive (.zip, .tar.gz) per student")
+    similar.add_argument("--threshold", type=_share, default=0.5,  # grader.flows.similarity.DEFAULT_THRESHOLD
+                         help="the similarity from which a pair is listed, 0 to 1 (default 0.5)")
+    similar.add_argument("--format", choices=("text", "json"), default="text")  # grader.flows.similarity.SIMILARITY_FORMATS
+    similar.add_argument("--html", metavar="FILE", help="also write a page of each pair side by side, matches marked")
+    similar.set_defaults(run=_cmd_similarity)
 
     add_tdd_command(commands, help="keep the red-then-green journal (students)", run=run_tdd)
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from grader.core.deadlines import Deadline
 from grader.core.tomlfile import field_problems, read_toml
 
 __all__ = ["Assignment", "AssignmentError", "Limits", "load_assignment"]
@@ -82,6 +83,13 @@ class Assignment(BaseModel):
     gradescope_score: Literal["verdict", "kills"] = "verdict"
     gradescope_not_passed_share: float = Field(default=0.5, ge=0.0, lt=1.0)
     gradescope_hidden_hints: Literal["never", "after_due_date", "after_published"] = "never"
+    # The gradebook (grader/core/points.py): full marks are ``points``, a grade follows the rule
+    # of Gradescope's score above; ``deadline`` (a ``[deadline]`` table, none by default) says
+    # when work is late and what that costs; ``grade_of_record`` which submission counts: the
+    # latest made on time (a late one only when none was), or the best.
+    points: float = Field(default=100.0, gt=0, allow_inf_nan=False)
+    deadline: Deadline | None = None
+    grade_of_record: Literal["latest_on_time", "best"] = "latest_on_time"
     limits: Limits = Limits()
 
     @field_validator("given_tests")

@@ -1,5 +1,9 @@
 """Batch grading for staff: every student's submission in a folder, into one CSV gradebook.
 
+The gradebook is the grading CSV (:func:`write_csv`), or, with the course's roster, one row per
+student in points (:func:`write_gradebook`: Canvas's or Moodle's import, or a plain CSV), each
+student matched to the submission named after their login.
+
 One entry per student, named after the student: a folder, or an archive (``alice.zip``,
 ``alice.tar.gz``: an LMS download), each opened as every intake opens a submission
 (:func:`grader.flows.intake.open_submission`: an archive checked and unpacked as the service
@@ -24,13 +28,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from grader.flows.archive import ArchiveLimits
 from grader.core.assignment import Assignment
 from grader.core.caps import cap_text
+from grader.core.points import points_of
+from grader.core.roster import RosterEntry
 from grader.flows.grading import GradingInputError, grade_suite
 from grader.flows.intake import ARCHIVE_SUFFIXES, open_submission
 from grader.run.admission import Admission, machine_admission
@@ -40,6 +46,7 @@ from grader.core.paths import Layout
 from grader.run.runner import RunLimits
 from grader.sandbox.base import SandboxMode
 from grader.sandbox.status import check_mode
+from grader.report.gradebook import GradebookFormat, GradeRow, render_gradebook
 from grader.report.spreadsheet import write_rows
 
 __all__ = [
@@ -48,7 +55,9 @@ __all__ = [
     "StudentSubmission",
     "find_submissions",
     "grade_batch",
+    "gradebook_rows",
     "write_csv",
+    "write_gradebook",
     "write_report",
 ]
 
@@ -397,3 +406,60 @@ def write_csv(rows: Iterable[BatchRow], path: Path) -> None:
             ]
             for row in rows
         ))
+
+
+# ------------------------------------------------------------------- gradebooks
+def _grade_row(entry: RosterEntry, row: BatchRow | None, assignment: Assignment) -> GradeRow:
+    """The student's gradebook line: no late penalty here (a folder carries no submission time)."""
+    if row is None:
+        return GradeRow(entry=entry, points=None, final_points=None, status="no submission")
+    if row.report is None or row.total < 1:
+        status = row.problems[0] if row.problems else "could not be graded"
+        return GradeRow(entry=entry, points=None, final_points=None, submission=row.student, status=status)
+    points = points_of(passed=row.passed, killed=row.killed, mutants=row.total, assignment=assignment)
+    return GradeRow(entry=entry, points=points, final_points=points, submission=row.student,
+                    status="passed" if row.passed else "not passed")
+
+
+def gradebook_rows(rows: Iterable[BatchRow], *, roster: Sequence[RosterEntry],
+                   assignment: Assignment) -> list[GradeRow]:
+    """The gradebook's lines: one per roster student, in the roster's order, with the
+    submission named after their login (the same name, else the one name equal to it whatever
+    its case), or "no submission"; then one per submission on no roster, by name, its name as
+    the login. Points by :func:`grader.core.points.points_of`; None where nothing was graded.
+    """
+    remaining = {row.student: row for row in rows}
+    lines = []
+    for entry in roster:
+        row = remaining.pop(entry.login, None)
+        if row is None:
+            folded = [name for name in remaining if name.casefold() == entry.login.casefold()]
+            row = remaining.pop(folded[0]) if len(folded) == 1 else None
+        lines.append(_grade_row(entry, row, assignment))
+    for name in sorted(remaining):
+        entry = RosterEntry(login=name, name="", email=None, sis_id=None, lms_id=None, section=None)
+        lines.append(_grade_row(entry, remaining[name], assignment))
+    return lines
+
+
+def write_gradebook(rows: Sequence[BatchRow], path: Path, *, fmt: GradebookFormat,
+                    roster: Sequence[RosterEntry] | None, assignment: Assignment) -> list[GradeRow]:
+    """Write the gradebook: without a roster, the grading CSV (:func:`write_csv`); with one,
+    :func:`gradebook_rows` in ``fmt`` (:func:`grader.report.gradebook.render_gradebook`), the
+    grade column named after the assignment and out of its ``points``.
+
+    Returns:
+        The lines written in points (none for the grading CSV).
+
+    Raises:
+        ValueError: a Canvas or Moodle gradebook is asked for without a roster.
+    """
+    if roster is None:
+        if fmt != "csv":
+            raise ValueError(f"fmt: a {fmt} gradebook needs the course's roster, got none")
+        write_csv(rows, path)
+        return []
+    lines = gradebook_rows(rows, roster=roster, assignment=assignment)
+    text = render_gradebook(lines, fmt=fmt, assignment_title=assignment.name, points_possible=assignment.points)
+    path.write_text(text, encoding="utf-8", newline="")
+    return lines

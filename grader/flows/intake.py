@@ -53,10 +53,12 @@ __all__ = [
     "STUDENT_TESTS",
     "Located",
     "OpenSubmission",
+    "OpenTests",
     "Upload",
     "is_archive_name",
     "locate",
     "open_submission",
+    "open_tests",
     "read_archive",
 ]
 
@@ -117,6 +119,15 @@ class OpenSubmission:
     relabel: Callable[[str], str] = str  # a message, naming files as the student does
 
 
+@dataclass(frozen=True)
+class OpenTests:
+    """A submission opened for its tests alone: where its parts are, its journal unread."""
+
+    where: Located
+    name: str  # as in OpenSubmission
+    relabel: Callable[[str], str] = str
+
+
 def locate(folder: Path, *, unwrap: bool = True) -> Located:
     """Where the submission in ``folder`` keeps its tests (reads the folder, checks nothing).
 
@@ -160,6 +171,28 @@ def open_submission(
             submission, and the member or folders).
         SandboxUnavailable: the journal's replay needs a sandbox layer this machine lacks.
     """
+    with open_tests(source, label=label, archive_limits=archive_limits) as opened:
+        verified = _verified(opened.where, journal, opened.relabel, layout=layout, assignment=assignment,
+                             limits=limits)
+        yield OpenSubmission(tests=opened.where.tests, journal=verified, name=opened.name, relabel=opened.relabel)
+
+
+@contextmanager
+def open_tests(
+    source: Path | Upload, *, label: str | None = None, archive_limits: ArchiveLimits | None = None,
+) -> Iterator[OpenTests]:
+    """Open the submission at ``source`` for as long as the block, its tests found by the rules
+    above and its journal left unread: what reads the tests alone (``mutagrade similarity``)
+    needs no replay.
+
+    Args:
+        source: a folder, an archive file, or an archive's bytes.
+        label: what messages call the submission (default: the archive's name, the folder as given).
+        archive_limits: an archive's limits (default: the service's).
+
+    Raises:
+        GradingInputError: as :func:`open_submission` does.
+    """
     from grader.flows.archive import ArchiveLimits
 
     with ExitStack() as stack:
@@ -174,8 +207,7 @@ def open_submission(
             _check_shape(where)
         except GradingInputError as exc:
             raise GradingInputError(relabel(str(exc))) from None
-        verified = _verified(where, journal, relabel, layout=layout, assignment=assignment, limits=limits)
-        yield OpenSubmission(tests=where.tests, journal=verified, name=name, relabel=relabel)
+        yield OpenTests(where=where, name=name, relabel=relabel)
 
 
 def _relabeller(root: Path, name: str) -> Callable[[str], str]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from grader.core.models import Audience, Report
+from grader.core.points import mutant_units
 from grader.report._common import (
     invalid_tests,
     kills_needed,
@@ -131,11 +132,10 @@ def render_gradescope(
 
 
 def _points(report: Report, options: GradescopeOptions) -> float:
-    if options.score == "kills":
-        return float(report.score.killed)
-    if report.passed:
-        return gradescope_points(report.score.total)  # full points
-    return round(report.score.killed * options.not_passed_share, 2)
+    # The gradebooks' rule (grader/core/points.py), in mutant units: one per mutant when passed.
+    units = mutant_units(passed=report.passed, killed=report.score.killed, mutants=report.score.total,
+                         score=options.score, not_passed_share=options.not_passed_share)
+    return round(units, 2)
 
 
 def _test(
