@@ -1,9 +1,9 @@
 """The installed ``mutagrade`` command: the grader's commands (:mod:`grader.cli`) and the service's.
 
 The service's commands are ``serve`` (the API, its pages and in-process workers), ``worker`` (a
-Celery worker), ``admin`` (tokens and regrades) and ``submit`` (upload a suite and wait for its
-report). They are added to :mod:`grader.cli`'s parser, so that ``mutagrade --help`` lists every
-command, and the library itself imports nothing of the service.
+Celery worker), ``admin`` (tokens, regrades, the roster and extensions) and ``submit`` (upload a
+suite and wait for its report). They are added to :mod:`grader.cli`'s parser, so that
+``mutagrade --help`` lists every command, and the library itself imports nothing of the service.
 
 Each command imports what it needs when it runs: this module imports no fastapi, sqlalchemy,
 celery or httpx, so the command works in an install without the ``service`` extra (``make
@@ -144,6 +144,100 @@ def _cmd_admin(args: argparse.Namespace, layout: Layout) -> int:
     return EXIT_OK
 
 
+def _actor() -> str:
+    """Who runs an admin command, for the audit trail."""
+    import getpass
+
+    try:
+        return f"{getpass.getuser()} (command line)"
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return "command line"
+
+
+def _cmd_roster(args: argparse.Namespace, layout: Layout) -> int:
+    from grader.core.roster import RosterError, read_roster
+
+    if args.verb == "roster-import":
+        out = Path(args.out) if args.out else None
+        if out is not None and out.exists():  # checked first: its tokens are shown only once
+            raise UsageError(f"--out {out}: exists; choose a new file (the tokens it holds are shown only once)")
+        try:
+            entries = read_roster(Path(args.file))
+        except RosterError as exc:
+            raise UsageError(str(exc)) from None
+    with _admin_session(args) as session:
+        if args.verb == "roster-import":
+            return _roster_import(session, entries, out)
+        from api.store.roster import RosterConflict, list_roster, remove_student
+
+        if args.verb == "roster-remove":
+            try:
+                removed = remove_student(session, login=args.login, actor=_actor())
+            except (LookupError, RosterConflict) as exc:
+                raise UsageError(str(exc)) from None
+            print(f"removed {args.login}: their token no longer works; their submissions stay" if removed
+                  else f"{args.login} was removed already")
+        else:
+            print("login\tname\temail\tsection\ttoken\textension")
+            for s in list_roster(session):
+                state = "removed" if s.removed_at else ("active" if s.has_token else "revoked")
+                extension = s.extension.isoformat() if s.extension else ""
+                print(f"{s.login}\t{s.name or ''}\t{s.email or ''}\t{s.section or ''}\t{state}\t{extension}")
+    return EXIT_OK
+
+
+def _roster_import(session, entries, out: Path | None) -> int:
+    """Import, then write the mail-merge file to ``out`` (for its owner's eyes only) or stdout."""
+    from api.store.roster import MAIL_MERGE_HEADER, RosterConflict, import_roster, mail_merge_rows
+    from grader.report.spreadsheet import write_rows
+
+    try:
+        result = import_roster(session, entries, actor=_actor())
+    except RosterConflict as exc:
+        raise UsageError(str(exc)) from None
+    if out is None:
+        write_rows(sys.stdout, MAIL_MERGE_HEADER, mail_merge_rows(result))
+        where = "the tokens are above"
+    else:
+        with os.fdopen(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", newline="",
+                       encoding="utf-8") as handle:
+            write_rows(handle, MAIL_MERGE_HEADER, mail_merge_rows(result))
+        where = f"the tokens are in {out}"
+    print(f"roster: {result.summary()}; {where} (shown only once: keep them safe)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_extension(args: argparse.Namespace, layout: Layout) -> int:
+    with _admin_session(args) as session:
+        from api.store.extensions import grant_extension, list_extensions, parse_due, revoke_extension
+
+        try:
+            if args.verb == "extension-grant":
+                due = parse_due(args.due, timezone=args.timezone or _course_zone(layout))
+                grant = grant_extension(session, login=args.login, due=due, reason=args.reason, actor=_actor())
+                print(f"{grant.login} is due {grant.due.isoformat()} ({due.isoformat()} as given)")
+            elif args.verb == "extension-revoke":
+                had = revoke_extension(session, login=args.login, actor=_actor())
+                print(f"ended the extension of {args.login}" if had else f"{args.login} had no extension")
+            else:
+                print("login\tdue\treason\tgranted_by\tgranted_at")
+                for grant in list_extensions(session):
+                    reason = " ".join(grant.reason.split())
+                    print(f"{grant.login}\t{grant.due.isoformat()}\t{reason}\t{grant.granted_by}\t"
+                          f"{grant.granted_at.isoformat()}")
+        except (LookupError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+    return EXIT_OK
+
+
+def _course_zone(layout: Layout) -> str | None:
+    """The time zone of the assignment's due date, if it names one: a due date's default zone."""
+    from grader.core.assignment import load_assignment
+
+    deadline = load_assignment(layout.assignment).deadline
+    return deadline.timezone if deadline is not None else None
+
+
 def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
     from grader.flows.submit import ClientError, submit
 
@@ -170,7 +264,8 @@ def add_service_commands(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--log-level", default="info", choices=_LOG_LEVELS)
     serve.set_defaults(run=_cmd_serve)
 
-    admin = commands.add_parser("admin", help="staff: tokens and regrades (database from MUTAGRADE_DATABASE_URL)")
+    admin = commands.add_parser("admin", help="staff: tokens, regrades, the roster and extensions "
+                                "(database from MUTAGRADE_DATABASE_URL)")
     admin_verbs = admin.add_subparsers(dest="admin_verb", required=True, metavar="VERB")
     token = admin_verbs.add_parser("token", help="create, revoke or list tokens").add_subparsers(
         dest="token_verb", required=True)
@@ -187,6 +282,7 @@ def add_service_commands(commands: argparse._SubParsersAction) -> None:
     regrade.add_argument("ids", nargs="*", type=int)
     regrade.add_argument("--failed", action="store_true", help="every submission that ended in error")
     regrade.set_defaults(run=_cmd_admin, verb="regrade")
+    _add_roster_commands(admin_verbs)
 
     submit = commands.add_parser("submit", help="students: upload your tests and journal, wait, print the report")
     submit.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
@@ -206,6 +302,37 @@ def add_service_commands(commands: argparse._SubParsersAction) -> None:
     worker.add_argument("--ping", action="store_true",
                         help="do not start one: exit 0 if the worker of this name answers (a health check)")
     worker.set_defaults(run=_cmd_worker)
+
+
+def _add_roster_commands(admin_verbs: argparse._SubParsersAction) -> None:
+    """``admin roster import|list|remove`` and ``admin extension grant|list|revoke``."""
+    roster = admin_verbs.add_parser("roster", help="import the LMS's roster, list it, remove a student").add_subparsers(
+        dest="roster_verb", required=True)
+    load = roster.add_parser("import", help="add and update students from a Canvas or Moodle CSV export "
+                             "(idempotent: students there keep their tokens)")
+    load.add_argument("file", help="the LMS's CSV export")
+    load.add_argument("--out", help="write the mail-merge CSV (login, name, email, token, note) here, readable by "
+                      "you alone (default: stdout); it must not exist yet")
+    load.set_defaults(run=_cmd_roster, verb="roster-import")
+    roster.add_parser("list", help="every student, their token's state and extension").set_defaults(
+        run=_cmd_roster, verb="roster-list")
+    remove = roster.add_parser("remove", help="take a student off the roster: their token ends, submissions stay")
+    remove.add_argument("login")
+    remove.set_defaults(run=_cmd_roster, verb="roster-remove")
+
+    extension = admin_verbs.add_parser("extension", help="a student's own due date").add_subparsers(
+        dest="extension_verb", required=True)
+    grant = extension.add_parser("grant", help="give a student a due date of their own (replaces an earlier one)")
+    grant.add_argument("login")
+    grant.add_argument("--due", required=True, help="e.g. 2026-12-12T23:59 (with --timezone) or 2026-12-12T23:59+01:00")
+    grant.add_argument("--timezone", help="the zone of a --due without an offset, e.g. Europe/Berlin "
+                       "(default: the assignment's [deadline] timezone)")
+    grant.add_argument("--reason", default="", help="why (kept in the audit trail)")
+    grant.set_defaults(run=_cmd_extension, verb="extension-grant")
+    extension.add_parser("list", help="every extension").set_defaults(run=_cmd_extension, verb="extension-list")
+    revoke = extension.add_parser("revoke", help="end a student's extension")
+    revoke.add_argument("login")
+    revoke.set_defaults(run=_cmd_extension, verb="extension-revoke")
 
 
 def build_parser() -> argparse.ArgumentParser:

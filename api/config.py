@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     max_unpacked_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     rate_limit: int = Field(default=10, ge=1, description="submissions a student may post per window")
     rate_window_s: float = Field(default=60.0, gt=0)
+    preview_rate_limit: int = Field(
+        default=20, ge=1, description="previews (`mutagrade check` with a server) a student may post per window",
+    )
+    preview_rate_window_s: float = Field(default=3600.0, gt=0)
     max_in_flight: int = Field(
         default=2, ge=1,
         description="submissions a student may have in flight (queued or being graded) at once; 429 above",

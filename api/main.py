@@ -15,7 +15,7 @@ from api.logs import install as redact_tokens_in_logs
 from api.store.migrate import upgrade
 from api.work.queue import make_queue
 from api.web.ratelimit import RateLimiter
-from api.web.routes import docs, golden, pages, public, staff, submissions
+from api.web.routes import class_stats, docs, golden, pages, previews, public, regrades, roster, similarity, staff, submissions
 from grader import __version__
 from grader.core.assignment import load_assignment
 from grader.core.variants import build_variants
@@ -63,13 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.variants = build_variants(layout)
     app.state.assignment = load_assignment(layout.assignment)
     app.state.limiter = RateLimiter(settings.rate_limit, settings.rate_window_s)
+    app.state.preview_limiter = RateLimiter(settings.preview_rate_limit, settings.preview_rate_window_s)
     app.state.queue = make_queue(settings=settings, make_session=app.state.make_session)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _describe(exc.errors())}, status_code=422)
 
-    for module in (submissions, staff, golden, public, pages):
+    for module in (submissions, staff, golden, public, pages, regrades, roster, class_stats, similarity, previews):
         app.include_router(module.router)
     docs.install(app)
     return app

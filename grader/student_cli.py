@@ -127,8 +127,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(source.missing)
         code = EXIT_OK
     else:
-        print(f"Mutation grade: submitting your tests and journal to {source.server}", flush=True)
-        code = _submit(tests_to_submit(repo), source.server, source.token, fmt="text", timeout=args.timeout)
+        print(f"Mutation grade: submitting your tests and journal to {source.server} as a preview "
+              "(not your grade of record: `mutagrade submit` makes a submission)", flush=True)
+        code = _submit(tests_to_submit(repo), source.server, source.token, fmt="text", timeout=args.timeout,
+                       preview=True)
     reasons = found.reasons
     print(f"Local checks: {'NOT PASSED: ' + '; '.join(reasons) if reasons else 'passed'}")
     return EXIT_NOT_PASSED if reasons and code == EXIT_OK else code
@@ -149,11 +151,11 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     return _submit(repo, server, token, fmt=args.format, timeout=args.timeout)
 
 
-def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float) -> int:
+def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float, preview: bool = False) -> int:
     from grader.flows.submit import ClientError, submit
 
     try:
-        return submit(repo, server=server, token=token, fmt=fmt, timeout=timeout)
+        return submit(repo, server=server, token=token, fmt=fmt, timeout=timeout, preview=preview)
     except ClientError as exc:
         print(f"mutagrade submit: {exc}", file=sys.stderr)
         return exc.code

@@ -10,7 +10,8 @@ from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from api.store.db import GoldenRun, Submission, User, utcnow
-from grader.core.states import IN_FLIGHT, JobStatus, Role
+from grader.core.states import IN_FLIGHT, JobStatus, Role, SubmissionKind, Timeliness
+from grader.core.deadlines import Timeliness as Judged
 from grader.core.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
 from grader.core.models import Report
 
@@ -29,7 +30,6 @@ __all__ = [
     "get_golden_run",
     "get_submission",
     "golden_runs_to_resend",
-    "gradebook_rows",
     "hash_token",
     "in_flight",
     "lapsed_claims",
@@ -138,9 +138,13 @@ def get_submission(session: Session, submission_id: int) -> Submission | None:
 
 
 def create_submission(
-    session: Session, *, user: User, archive: bytes, name: str, max_in_flight: int | None = None
+    session: Session, *, user: User, archive: bytes, name: str, max_in_flight: int | None = None,
+    kind: SubmissionKind = SubmissionKind.SUBMISSION, at: datetime | None = None, judged: Judged | None = None,
 ) -> Submission:
-    """Store a submission, queued.
+    """Store a submission (or a preview, by ``kind``), queued, made ``at`` (default: now) and
+    stamped with ``judged``, its time against the student's due date (none: no due date). A
+    judgement of refused is stored as late, with all of the points lost: only a preview gets
+    that far (a submission is refused before it is stored).
 
     Raises:
         InFlightLimit: ``max_in_flight`` is given and the user already has that many queued
@@ -155,7 +159,13 @@ def create_submission(
         if count >= max_in_flight:
             session.rollback()
             raise InFlightLimit(count, max_in_flight)
-    submission = Submission(user_id=user.id, archive=archive, archive_name=name[:255], status=JobStatus.QUEUED)
+    stamp = {} if judged is None or judged.due is None else {
+        "timeliness": Timeliness.ON_TIME if judged.status == "on_time" else Timeliness.LATE,
+        # In UTC: SQLite keeps a time without its zone, and hands it back as UTC.
+        "due_at": judged.due.astimezone(timezone.utc), "days_late": judged.days_late, "penalty": judged.penalty,
+    }
+    submission = Submission(user_id=user.id, archive=archive, archive_name=name[:255], status=JobStatus.QUEUED,
+                            kind=kind, created_at=(at or utcnow()).astimezone(timezone.utc), **stamp)
     session.add(submission)
     session.commit()
     return submission
@@ -380,25 +390,6 @@ def regrade(session: Session, *, submission: Submission) -> Submission:
     submission.finished_at = None
     session.commit()
     return submission
-
-
-def gradebook_rows(session: Session) -> list[dict[str, object]]:
-    """Per student: submission count, the latest graded submission and the best one."""
-    rows = []
-    students = session.scalars(select(User).where(User.role == Role.STUDENT).order_by(User.name))
-    for student in students:
-        graded = list(
-            session.scalars(
-                select(Submission)
-                .where(Submission.user_id == student.id, Submission.status == JobStatus.DONE)
-                .order_by(Submission.id.desc())
-            )
-        )
-        total = session.scalar(select(func.count()).select_from(Submission).where(Submission.user_id == student.id))
-        latest = graded[0] if graded else None
-        best = max(graded, key=lambda s: (bool(s.passed), s.kill_rate or 0.0, -s.id), default=None)
-        rows.append({"student": student.name, "submissions": total, "latest": latest, "best": best})
-    return rows
 
 
 def ping(session: Session) -> None:

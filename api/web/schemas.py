@@ -54,6 +54,13 @@ class SubmissionPublic(BaseModel):
     error: str | None
     links: Links
     report: Report | None = None
+    # A preview is graded the same way, never the grade of record (grader.core.states.SubmissionKind).
+    kind: str = "submission"  # submission | preview
+    # Stamped when it was stored, against the student's due date (api/web/deadlines.py).
+    timeliness: str | None = None  # on_time | late; None: there is no due date
+    due_at: str = ""  # the due date that applied (the student's extension, if any), UTC
+    days_late: int = 0  # each day of 24 hours started after the due date (and grace)
+    penalty: float = 0.0  # the share of the points a late submission loses
 
 
 class MutantPublic(BaseModel):

@@ -12,8 +12,10 @@ from starlette.concurrency import run_in_threadpool
 from api.store import crud
 from api.config import archive_limits
 from api.store.db import User
+from api.web.deadlines import judge_upload, late_refusal
 from api.web.schemas import SubmissionCreated
 from api.web.views import links, owned_submission
+from grader.core.states import SubmissionKind
 from grader.flows.archive import ArchiveError, check_archive
 
 __all__ = ["accept_upload", "start_regrade"]
@@ -49,22 +51,45 @@ def _too_many_in_flight(in_flight: int, limit: int) -> HTTPException:
     )
 
 
-async def accept_upload(request: Request, session: Session, user: User, archive: UploadFile) -> SubmissionCreated:
-    """Check, store and queue ``user``'s uploaded ``archive``: the REST upload and the
-    submissions page's form both come here.
+def _over_rate(request: Request, user: User, *, kind: SubmissionKind) -> HTTPException | None:
+    """The 429 of an upload over its kind's rate limit (previews and submissions count apart)."""
+    settings, preview = request.app.state.settings, kind == SubmissionKind.PREVIEW
+    limiter = request.app.state.preview_limiter if preview else request.app.state.limiter
+    wait = limiter.hit(user.id)
+    if not wait:
+        return None
+    limit, window = ((settings.preview_rate_limit, settings.preview_rate_window_s) if preview
+                     else (settings.rate_limit, settings.rate_window_s))
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"at most {limit} {kind}s per {window:g} s; try again in {math.ceil(wait)} s",
+        headers={"Retry-After": str(math.ceil(wait))},
+    )
+
+
+async def accept_upload(
+    request: Request, session: Session, user: User, archive: UploadFile, *,
+    kind: SubmissionKind = SubmissionKind.SUBMISSION,
+) -> SubmissionCreated:
+    """Check, store and queue ``user``'s uploaded ``archive`` as a submission or a preview
+    (``kind``): the REST uploads and the submissions page's form all come here. It is stamped
+    with its time against the student's due date (:mod:`api.web.deadlines`); a preview may be
+    late whatever the assignment says.
 
     Raises:
-        HTTPException: 429 over the rate limit or the in-flight limit (with ``Retry-After``),
-            413 too large, 415 not an archive, 422 a member that breaks a rule.
+        HTTPException: 403 a late submission where the assignment refuses late work (nothing
+            is stored), 429 over the rate limit of its kind or the in-flight limit (with
+            ``Retry-After``), 413 too large, 415 not an archive, 422 a member that breaks a rule.
     """
     settings = request.app.state.settings
-    wait = request.app.state.limiter.hit(user.id)
-    if wait:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"at most {settings.rate_limit} submissions per {settings.rate_window_s:g} s; try again in {math.ceil(wait)} s",
-            headers={"Retry-After": str(math.ceil(wait))},
-        )
+    deadline = request.app.state.assignment.deadline
+    refuses_late = kind == SubmissionKind.SUBMISSION and deadline is not None and deadline.late == "refuse"
+    if refuses_late:  # refused before it counts against the rate limit, and before its bytes are read
+        upload = await run_in_threadpool(judge_upload, session, user=user, deadline=deadline)
+        if upload.judged.status == "refused":
+            raise late_refusal(upload, deadline)
+    if (over := _over_rate(request, user, kind=kind)) is not None:
+        raise over
     # Refused before the upload is read when already at the limit; counted again, under a
     # lock, when it is stored (posts sent at once).
     in_flight = await run_in_threadpool(crud.in_flight, session, user_id=user.id)
@@ -82,9 +107,14 @@ async def accept_upload(request: Request, session: Session, user: User, archive:
             check_archive(data, archive_limits(settings))
         except ArchiveError as exc:
             raise _refused(archive, exc) from None
+        # Its time: when the whole archive is here (a refusal may be due to a slow upload).
+        upload = judge_upload(session, user=user, deadline=deadline)
+        if upload.judged.status == "refused" and kind == SubmissionKind.SUBMISSION:
+            raise late_refusal(upload, deadline)
         try:
             submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive",
-                                                max_in_flight=settings.max_in_flight)
+                                                max_in_flight=settings.max_in_flight, kind=kind, at=upload.at,
+                                                judged=upload.judged)
         except crud.InFlightLimit as exc:
             raise _too_many_in_flight(exc.in_flight, exc.limit) from None
         request.app.state.queue.enqueue(submission.id)

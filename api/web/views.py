@@ -72,6 +72,11 @@ def public(request: Request, submission: Submission, user: User, *, with_report:
         error=submission.error,
         links=links(submission.id),
         report=report_for(request, submission, user) if with_report else None,
+        kind=submission.kind,
+        timeliness=submission.timeliness,
+        due_at=crud.as_utc(submission.due_at),
+        days_late=submission.days_late,
+        penalty=submission.penalty,
     )
 
 

@@ -1,4 +1,6 @@
-"""The students' client, ``mutagrade submit``: pack, upload, wait, print the report."""
+"""The students' client, ``mutagrade submit``: pack, upload, wait, print the report; and
+``mutagrade check``'s way to the mutation grade, the same upload as a preview (never the grade
+of record)."""
 
 from __future__ import annotations
 
@@ -73,20 +75,24 @@ def _unreachable(server: str, exc: httpx.TransportError) -> ClientError:
                        f"{what})", EXIT_UNREACHABLE)
 
 
-def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: float = 600.0) -> int:
+def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: float = 600.0,
+           preview: bool = False) -> int:
     """Upload ``repo``'s tests, wait for the grade, print the report; returns the exit code
     of ``mutagrade grade`` (0 passed, 1 not passed, 2 refused, 3 the service failed), or 4
-    when the server could not be reached (:mod:`grader.core.exits`)."""
+    when the server could not be reached (:mod:`grader.core.exits`). With ``preview``, the
+    upload is a preview (``POST /v1/previews``): graded the same way, never the grade of record,
+    accepted after the due date, under a rate limit of its own."""
     server = _check_server(server)
     archive = pack(repo)
     headers = {"Authorization": f"Bearer {token}"}
+    what, path = ("preview", "/v1/previews") if preview else ("submission", "/v1/submissions")
     try:
         with httpx.Client(base_url=server, headers=headers, timeout=30.0) as http:
-            answer = http.post("/v1/submissions", files={"archive": ("submission.tar.gz", archive, "application/gzip")})
+            answer = http.post(path, files={"archive": ("submission.tar.gz", archive, "application/gzip")})
             if answer.status_code == 429:
                 raise ClientError(f"{_detail(answer)} (Retry-After: {answer.headers.get('Retry-After')} s)", EXIT_BAD_INPUT)
             if answer.status_code >= 400:
-                raise ClientError(f"the server refused the submission ({answer.status_code}): {_detail(answer)}",
+                raise ClientError(f"the server refused the {what} ({answer.status_code}): {_detail(answer)}",
                                   EXIT_BAD_INPUT if answer.status_code < 500 else EXIT_INTERNAL)
             created = answer.json()
             started = time.monotonic()
@@ -96,7 +102,7 @@ def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: f
                     raise ClientError(f"could not follow submission {created['id']}: {_detail(state)}", EXIT_INTERNAL)
                 body = state.json()
                 elapsed = time.monotonic() - started
-                print(f"\rsubmission {created['id']}: {body['status']:<8} {elapsed:5.0f} s", end="", file=sys.stderr, flush=True)
+                print(f"\r{what} {created['id']}: {body['status']:<8} {elapsed:5.0f} s", end="", file=sys.stderr, flush=True)
                 if body["status"] in (JobStatus.DONE, JobStatus.ERROR):
                     print(file=sys.stderr)
                     break
@@ -116,6 +122,12 @@ def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: f
     print(render(report, fmt))
     append_job_summary(report)  # on GitHub Actions the job summary gets the Markdown report too
     print(f"report page: {server}{body['links']['report_html']}", file=sys.stderr)
+    if preview:
+        print(f"preview {created['id']}: not your grade of record; `mutagrade submit` makes a submission",
+              file=sys.stderr)
+    elif body.get("timeliness") == "late":
+        print(f"submission {created['id']}: late, {body['days_late']} day(s): it loses "
+              f"{round(body['penalty'] * 100, 1):g} % of its points", file=sys.stderr)
     if report.input_refused:
         return EXIT_BAD_INPUT
     return EXIT_OK if report.passed else EXIT_NOT_PASSED

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("grade", "grade-batch", "tdd", "check", "serve", "admin", "submit", "worker", "doctor", "demo", "bundle",
-            "starter", "variants", "calibrate", "golden")
+COMMANDS = ("grade", "grade-batch", "stats", "similarity", "tdd", "check", "serve", "admin", "submit", "worker",
+            "doctor", "demo", "bundle", "starter", "variants", "calibrate", "golden")
 SERVICE_PACKAGES = ("fastapi", "sqlalchemy", "celery", "httpx", "uvicorn", "alembic", "starlette")
 
 

@@ -5,108 +5,39 @@ No JavaScript and no build step: plain templates, readable with any browser or s
 A token reaches the pages one way only: the sign-in form, which sets an HTTP-only cookie (never
 ``?token=``: addresses are written to access logs and browser histories).
 Student text (test ids, messages, file and user names) is escaped by Jinja's autoescaping, and
-every page also tells the browser to run no script at all (:data:`PAGE_HEADERS`).
+every page also tells the browser to run no script at all (:data:`api.web.forms.PAGE_HEADERS`).
 The forms that change something post here with a form token and are checked to come from these
 pages (:mod:`api.web.csrf`); uploading and regrading go through the same code as the REST routes.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Mapping
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request, Response, status
+from fastapi import APIRouter, Form, HTTPException, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.templating import Jinja2Templates
-from markupsafe import Markup
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as FormError
 
 from api.store import crud
-from api.web.csrf import FIELD, foreign_origin, form_token, token_matches
+from api.web.csrf import FIELD
 from api.store.db import User
-from api.web.deps import TOKEN_COOKIE, RowId, SessionDep, request_token
+from api.web.deps import TOKEN_COOKIE, RowId, SessionDep
+from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused
 from api.web.submitting import accept_upload, start_regrade
+from api.store.grades import RULE_WORDS, grade_records
+from api.web.deadlines import due_notice, judge_upload
+from api.web.exports import points_cell
+from api.web.regrading import regrade_panel
 from grader.core.states import IN_FLIGHT, Role
-from api.web.views import owned_submission, public, shown_time
-from grader.report._common import mutant_name
+from api.web.views import owned_submission, public
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
-templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
-# The pages load nothing but themselves and their inline style sheet, and submit forms only here.
-PAGE_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
-        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-}
 # A page of a submission not graded yet reloads itself this often (seconds).
 PENDING_REFRESH_S = 3
 NO_FILE = "choose a .tar.gz or .zip of your tests to upload"
-
-
-def _moment(value: datetime | str | None) -> Markup:
-    """A moment as people read it, the exact one kept for machines: ``<time datetime=…>``."""
-    if not value:
-        return Markup("")
-    exact = crud.as_utc(value) if isinstance(value, datetime) else value
-    return Markup('<time datetime="{}">{}</time>').format(exact, shown_time(exact))
-
-
-templates.env.globals.update(moment=_moment, mutant_name=mutant_name, FIELD=FIELD)
-
-
-def _page(
-    request: Request, name: str, context: dict, status_code: int = status.HTTP_200_OK,
-    headers: Mapping[str, str] | None = None,
-) -> Response:
-    token = request_token(request)
-    context = {"csrf": form_token(token) if token and context.get("user") else None, **context}
-    return templates.TemplateResponse(
-        request, name, context, status_code=status_code, headers={**(headers or {}), **PAGE_HEADERS}
-    )
-
-
-def page_user(request: Request, session: SessionDep) -> User | None:
-    """The user signed in by the cookie, if any (a sync dependency: it runs in the thread pool)."""
-    token = request_token(request)
-    return crud.user_by_token(session, token=token) if token else None
-
-
-PageUser = Annotated[User | None, Depends(page_user)]
-
-
-def _to_login() -> Response:
-    return RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
-
-
-def _refused(request: Request, user: User | None, title: str, message: str) -> Response:
-    """A 403 page saying why, the user still signed in (never the sign-in form again)."""
-    return _page(request, "refused.html", {"user": user, "title": title, "message": message},
-                 status.HTTP_403_FORBIDDEN)
-
-
-def _from_elsewhere(request: Request, user: User | None) -> Response | None:
-    """The refusal of a post that says it comes from another origin than these pages."""
-    origin = foreign_origin(request)
-    if origin is None:
-        return None
-    return _refused(request, user, "Refused",
-                    f"this form was sent from {origin}, not from this site's own page: "
-                    "open the page here and send it again from this site")
-
-
-def _token_refused(request: Request, user: User, sent: object) -> Response | None:
-    """The refusal of a post whose form token is not the signed-in user's."""
-    if token_matches(request_token(request) or "", sent):
-        return None
-    return _refused(request, user, "Refused",
-                    "this form's token is missing or is not that of your sign-in (a page from before "
-                    "you signed in, or a form from another site): reload the page and send it again from this site")
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -116,17 +47,17 @@ def home() -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request) -> Response:
-    return _page(request, "login.html", {"user": None, "error": None})
+    return page(request, "login.html", {"user": None, "error": None})
 
 
 @router.post("/login", response_class=HTMLResponse)
 def login(request: Request, session: SessionDep, token: Annotated[str, Form()]) -> Response:
     # Signing a victim in as someone else (so that what they upload lands in that account)
     # takes a post from another site: refused like any other.
-    if (refusal := _from_elsewhere(request, None)) is not None:
+    if (refusal := from_elsewhere(request, None)) is not None:
         return refusal
     if crud.user_by_token(session, token=token.strip()) is None:
-        return _page(request, "login.html", {"user": None, "error": "unknown token"}, status.HTTP_401_UNAUTHORIZED)
+        return page(request, "login.html", {"user": None, "error": "unknown token"}, status.HTTP_401_UNAUTHORIZED)
     response = RedirectResponse("/submissions", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(TOKEN_COOKIE, token.strip(), httponly=True, samesite="strict")
     return response
@@ -135,7 +66,7 @@ def login(request: Request, session: SessionDep, token: Annotated[str, Form()]) 
 @router.api_route("/logout", methods=["GET", "POST"], response_class=HTMLResponse)
 def logout() -> Response:
     """Sign out of the pages: the cookie is cleared (the token itself stays valid for the API)."""
-    response = _to_login()
+    response = to_login()
     response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
     return response
 
@@ -146,13 +77,16 @@ def _submissions(
 ) -> Response:
     rows = crud.list_submissions(session, user=None if user.role == Role.STAFF else user, limit=500)
     views = [public(request, s, user, with_report=False) for s in rows]
-    return _page(request, "submissions.html", {"user": user, "rows": views, "error": error}, status_code, headers)
+    deadline = request.app.state.assignment.deadline
+    due = due_notice(judge_upload(session, user=user, deadline=deadline), deadline)
+    return page(request, "submissions.html", {"user": user, "rows": views, "error": error, "due": due},
+                status_code, headers)
 
 
 @router.get("/submissions", response_class=HTMLResponse)
 def submissions_page(request: Request, session: SessionDep, user: PageUser) -> Response:
     if user is None:
-        return _to_login()
+        return to_login()
     return _submissions(request, session, user)
 
 
@@ -161,14 +95,14 @@ async def upload(request: Request, session: SessionDep, user: PageUser) -> Respo
     """The upload form: checked and stored as the REST upload is, then the new submission's
     page; a refusal is the submissions page again, with the reason and the REST status."""
     if user is None:
-        return _to_login()
-    if (refusal := _from_elsewhere(request, user)) is not None:  # before the body is read
+        return to_login()
+    if (refusal := from_elsewhere(request, user)) is not None:  # before the body is read
         return refusal
     try:
         # A form token and one file, nothing more: a larger form is refused as it is read (a
         # file input left empty comes as a field).
         async with request.form(max_files=1, max_fields=2) as form:
-            if (refusal := _token_refused(request, user, form.get(FIELD))) is not None:
+            if (refusal := token_refused(request, user, form.get(FIELD))) is not None:
                 return refusal
             archive = form.get("archive")
             if not isinstance(archive, UploadFile) or not archive.filename:
@@ -184,14 +118,15 @@ async def upload(request: Request, session: SessionDep, user: PageUser) -> Respo
 
 def submission_page(request: Request, session: Session, user: User | None, submission_id: int) -> Response:
     if user is None:
-        return _to_login()
+        return to_login()
     view = public(request, owned_submission(session, submission_id, user), user, with_report=True)
     report = view.report
     mutants = {m.id: m for m in report.mutants} if report else {}
     pending = view.status in IN_FLIGHT
-    return _page(request, "submission.html", {
+    return page(request, "submission.html", {
         "user": user, "s": view, "report": report, "mutants": mutants,
         "refresh_s": PENDING_REFRESH_S if pending else None,
+        "regrade_panel": regrade_panel(request, session, submission_id, user),
     })
 
 
@@ -207,12 +142,12 @@ def regrade(
 ) -> Response:
     """The staff's "Grade again" button: the staff REST route's regrade, then the same page."""
     if user is None:
-        return _to_login()
-    refusal = _from_elsewhere(request, user) or _token_refused(request, user, csrf)
+        return to_login()
+    refusal = from_elsewhere(request, user) or token_refused(request, user, csrf)
     if refusal is not None:
         return refusal
     if user.role != Role.STAFF:
-        return _refused(request, user, "Staff only", "regrading is for course staff only")
+        return refused(request, user, "Staff only", "regrading is for course staff only")
     start_regrade(request, session, user, submission_id)
     return RedirectResponse(f"/submissions/{submission_id}", status_code=status.HTTP_303_SEE_OTHER)
 
@@ -220,7 +155,11 @@ def regrade(
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook_page(request: Request, session: SessionDep, user: PageUser) -> Response:
     if user is None:
-        return _to_login()
+        return to_login()
     if user.role != Role.STAFF:
-        return _refused(request, user, "Staff only", "the gradebook is for course staff only")
-    return _page(request, "gradebook.html", {"user": user, "rows": crud.gradebook_rows(session)})
+        return refused(request, user, "Staff only", "the gradebook is for course staff only")
+    assignment = request.app.state.assignment
+    return page(request, "gradebook.html", {
+        "user": user, "rows": grade_records(session, assignment=assignment), "points": points_cell,
+        "rule": RULE_WORDS[assignment.grade_of_record], "possible": points_cell(assignment.points),
+    })

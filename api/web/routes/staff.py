@@ -1,52 +1,49 @@
-"""Staff routes: the gradebook."""
+"""Staff routes: the gradebook (the service's CSV, Canvas's and Moodle's imports) and every
+student's grade-of-record archive in one zip."""
 
 from __future__ import annotations
 
-import io
+from typing import IO, Annotated, Iterator
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
-from api.store import crud
+from api.store.grades import grade_records
 from api.web.deps import SessionDep, StaffUser
-from grader.report.spreadsheet import write_rows
+from api.web.exports import ExportFormat, gradebook_export, submissions_zip
 
 router = APIRouter(prefix="/v1", tags=["staff"])
 
-GRADEBOOK_FIELDS = (
-    "student", "submissions",
-    "latest_id", "latest_passed", "latest_kill_rate", "latest_at",
-    "best_id", "best_passed", "best_kill_rate",
-)
+_STAFF_ONLY = {401: {"description": "missing token"}, 403: {"description": "staff only"}}
 
 
-def gradebook_csv(session) -> str:
-    """The gradebook as CSV; a student name a spreadsheet would compute is written as text."""
-    out = io.StringIO()
-    write_rows(out, GRADEBOOK_FIELDS, (_gradebook_row(row) for row in crud.gradebook_rows(session)))
-    return out.getvalue()
+@router.get("/gradebook.csv", responses={**_STAFF_ONLY, 422: {"description": "an unknown format"}})
+def gradebook(
+    request: Request, session: SessionDep, user: StaffUser,
+    fmt: Annotated[ExportFormat, Query(
+        alias="format", description="csv: the service's columns; canvas, moodle: their gradebook imports")] = "csv",
+) -> Response:
+    """Every student's grade of record (by the assignment's rule), with its points, late penalty,
+    override and final points; ``csv`` also has the latest and the best graded submission."""
+    assignment = request.app.state.assignment
+    text = gradebook_export(grade_records(session, assignment=assignment), fmt=fmt, assignment=assignment)
+    name = "gradebook.csv" if fmt == "csv" else f"gradebook-{fmt}.csv"
+    return Response(text, media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
-def _gradebook_row(row: dict) -> list[object]:
-    latest, best = row["latest"], row["best"]
-    return [
-        row["student"], row["submissions"],
-        latest.id if latest else "", _yes(latest.passed) if latest else "",
-        f"{latest.kill_rate:.4f}" if latest and latest.kill_rate is not None else "",
-        crud.as_utc(latest.finished_at) if latest else "",
-        best.id if best else "", _yes(best.passed) if best else "",
-        f"{best.kill_rate:.4f}" if best and best.kill_rate is not None else "",
-    ]
+def _chunks(handle: IO[bytes]) -> Iterator[bytes]:
+    try:
+        while chunk := handle.read(1024 * 1024):
+            yield chunk
+    finally:
+        handle.close()
 
 
-def _yes(value: bool | None) -> str:
-    return "yes" if value else "no"
-
-
-@router.get("/gradebook.csv", responses={401: {"description": "missing token"}, 403: {"description": "staff only"}})
-def gradebook(session: SessionDep, user: StaffUser) -> Response:
-    """Every student: latest and best graded submission (CSV)."""
-    return Response(
-        gradebook_csv(session),
-        media_type="text/csv",
-        headers={"Content-Disposition": 'attachment; filename="gradebook.csv"'},
-    )
+@router.get("/submissions.zip", responses={**_STAFF_ONLY, 200: {"content": {"application/zip": {}}}})
+def submissions_archive(request: Request, session: SessionDep, user: StaffUser) -> Response:
+    """Every student's grade-of-record archive, as ``<login>/<submission id>-<archive name>``,
+    and ``manifest.csv`` (login, submission id, stamped time, timeliness, final points)."""
+    records = grade_records(session, assignment=request.app.state.assignment)
+    return StreamingResponse(_chunks(submissions_zip(session, records)), media_type="application/zip",
+                             headers={"Content-Disposition": 'attachment; filename="submissions.zip"'})

@@ -29,7 +29,8 @@ _ANY_STATUS = f"^({'|'.join(JobStatus)})$"  # a filter by status: one of the sta
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=SubmissionCreated,
-    responses={**_ERRORS, 413: {"description": "too large"}, 415: {"description": "not an archive"},
+    responses={**_ERRORS, 403: {"description": "late, where the assignment refuses late work (nothing stored)"},
+               413: {"description": "too large"}, 415: {"description": "not an archive"},
                422: {"description": "a member breaks a rule"},
                429: {"description": "too many submissions in the window, or in flight at once"}},
 )
@@ -40,7 +41,8 @@ async def create_submission(
     user: CurrentUser,
     archive: Annotated[UploadFile, File(description="a .tar.gz or .zip of your tests (and .tdd/)")],
 ) -> SubmissionCreated:
-    """Upload a submission; it is checked now, stored, and graded in the background."""
+    """Upload a submission; it is checked now, stamped with its time against your due date,
+    stored, and graded in the background."""
     created = await accept_upload(request, session, user, archive)
     response.headers["Location"] = f"/v1/submissions/{created.id}"
     return created
