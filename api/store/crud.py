@@ -194,9 +194,11 @@ def list_submissions(
 def database_now(session: Session) -> datetime:
     """Now, by the database's clock where it has one: PostgreSQL's, shared by every machine
     that grades, so their own clocks' differences cannot shorten a lease; SQLite's database
-    is on one machine, whose clock this is."""
+    is on one machine, whose clock this is. ``clock_timestamp()``, not ``now()``: ``now()`` is
+    when the session's transaction began, which for a form read slowly after a first query
+    would stamp an upload with the moment its headers arrived."""
     if session.get_bind().dialect.name == "postgresql":
-        return session.scalar(select(func.now()))
+        return session.scalar(select(func.clock_timestamp()))
     return utcnow()
 
 

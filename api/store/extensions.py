@@ -44,6 +44,10 @@ class ExtensionGrant(BaseModel):
     granted_at: datetime
 
 
+# Due dates this far from the calendar's ends convert to every zone, with any grace added.
+_FIRST_YEAR, _LAST_YEAR = 1971, 9000
+
+
 def parse_due(text: str, *, timezone: str | None) -> datetime:
     """The instant ``text`` names: a time with an offset (``2026-12-12T23:59+01:00``, ``...Z``),
     or a local time placed in the zone ``timezone`` (``Europe/Berlin``).
@@ -58,6 +62,8 @@ def parse_due(text: str, *, timezone: str | None) -> datetime:
         moment = datetime.fromisoformat(written)
     except ValueError:
         raise ValueError(f"due: expected a date and a time such as {_EXAMPLE}, got {text!r}") from None
+    if not _FIRST_YEAR <= moment.year <= _LAST_YEAR:
+        raise ValueError(f"due: expected a year from {_FIRST_YEAR} to {_LAST_YEAR}, got {moment.year}")
     zone = _zone(timezone) if timezone else None
     if moment.tzinfo is not None:
         return moment
@@ -101,6 +107,8 @@ def grant_extension(session: Session, *, login: str, due: datetime, reason: str 
         raise ValueError(f"due must carry a time zone (an offset or a zone name), got {due.isoformat()} with none")
     if len(reason) > MAX_REASON:
         raise ValueError(f"reason: expected at most {MAX_REASON} characters, got {len(reason)}")
+    if not _FIRST_YEAR <= due.year <= _LAST_YEAR:
+        raise ValueError(f"due: expected a year from {_FIRST_YEAR} to {_LAST_YEAR}, got {due.year}")
     user = _student(session, login)
     utc = due.astimezone(UTC)
     extension = session.scalar(select(Extension).where(Extension.user_id == user.id))

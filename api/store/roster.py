@@ -116,7 +116,10 @@ def aware(moment: datetime | None) -> datetime | None:
 
 
 def find_user(session: Session, *, login: str) -> User | None:
-    """The user of ``login``: of that very name, else of that name in another case."""
+    """The user of ``login``: of that very name, else of that name in another case (a login
+    no database can hold, with a NUL, is nobody's)."""
+    if "\x00" in login or len(login) > 100:
+        return None
     user = crud.user_by_name(session, name=login)
     if user is None:
         user = session.scalars(select(User).where(func.lower(User.name) == login.lower()).order_by(User.id)).first()

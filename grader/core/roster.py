@@ -127,6 +127,36 @@ def _moodle_entry(row: _Row) -> tuple[RosterEntry, str]:
     return entry, row.column(*sources)
 
 
+# The most characters a roster's field may hold: what the service stores of it.
+FIELD_LIMITS = {"name": 200, "email": 254, "sis_id": 100, "lms_id": 100, "section": 100}
+
+
+def _rows(reader, path: Path):
+    """The reader's rows; a row the csv module cannot read is a RosterError naming its line."""
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise RosterError(f"{path}:{reader.line_num}: not a CSV row: {exc}") from None
+        yield cells
+
+
+def _check_cells(header: list[str], cells: list[str], path: Path, line: int) -> None:
+    for index, cell in enumerate(cells):
+        if "\x00" in cell:
+            column = header[index] if index < len(header) else f"column {index + 1}"
+            raise RosterError(f"{path}:{line}: column {column!r}: expected text, found a NUL character")
+
+
+def _check_lengths(entry: "RosterEntry", path: Path, line: int) -> None:
+    for field, limit in FIELD_LIMITS.items():
+        value = getattr(entry, field)
+        if value is not None and len(value) > limit:
+            raise RosterError(f"{path}:{line}: {field}: expected at most {limit} characters, got {len(value)}")
+
+
 def read_roster(path: Path) -> list[RosterEntry]:
     """The students of a Canvas or Moodle CSV export, in the file's order.
 
@@ -147,7 +177,8 @@ def read_roster(path: Path) -> list[RosterEntry]:
                           f"found: {found}")
     entries: list[RosterEntry] = []
     seen: dict[str, tuple[str, int]] = {}  # casefolded login -> (login, line)
-    for cells in reader:
+    for cells in _rows(reader, path):
+        _check_cells(header, cells, path, reader.line_num)
         row = _Row(header, cells, reader.line_num)
         if not any(row.cells.values()) or (kind == "canvas" and not row.get(
                 "Student", "ID", "SIS User ID", "SIS Login ID", *_EMAIL_COLUMNS)):
@@ -159,6 +190,7 @@ def read_roster(path: Path) -> list[RosterEntry]:
         if read is None:
             continue
         entry, column = read
+        _check_lengths(entry, path, row.line)
         if len(entry.login) > MAX_LOGIN:
             raise RosterError(f"{path}:{row.line}: column {column!r}: expected a login of at most {MAX_LOGIN} "
                               f"characters, got {len(entry.login)}")

@@ -153,3 +153,24 @@ def test_a_second_server_on_the_same_database_shares_storage(
             assert again["status"] == "done" and again["passed"] is True
     finally:
         second.stop()
+
+
+def test_the_database_clock_is_read_when_asked_not_when_the_transaction_began(postgres_url: str) -> None:
+    """An upload is stamped by ``crud.database_now`` after its body has been read, in a session
+    whose transaction a first query (the user's sign-in) may have begun long before: the stamp
+    is the moment of the call (an attack held a form's body back past the due date)."""
+    import time
+
+    from sqlalchemy import func, select
+
+    from api.store.crud import database_now
+    from api.store.db import make_engine, make_sessionmaker
+
+    engine = make_engine(postgres_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            began = session.scalar(select(func.now()))  # the transaction begins here
+            time.sleep(0.3)
+            assert (database_now(session) - began).total_seconds() >= 0.25
+    finally:
+        engine.dispose()

@@ -27,7 +27,8 @@ from api.store.db import Extension, make_engine, make_sessionmaker
 from api.store.extensions import extension_of, grant_extension, list_extensions, parse_due, revoke_extension
 from api.store.migrate import upgrade
 from api.store.roster import (
-    MAIL_MERGE_HEADER, RosterChange, RosterConflict, import_roster, list_roster, mail_merge_rows, remove_student,
+    MAIL_MERGE_HEADER, RosterChange, RosterConflict, find_user, import_roster, list_roster, mail_merge_rows,
+    remove_student,
 )
 from grader.core.roster import RosterEntry
 from tests.api.chromium import Chromium
@@ -419,3 +420,26 @@ def test_the_roster_page_in_chromium_with_the_keyboard(live: Server, tmp_path: P
         row = until(browser, "[...document.querySelectorAll('tr')].map(r => r.innerText)"
                              ".find(t => t.includes('kb-ada') && t.includes('2026-12-12'))")
         assert "2026-12-12 22:59:00 UTC" in row and "a week in hospital" in row  # 23:59 in Berlin, in winter
+
+
+@pytest.mark.parametrize("written", ["0001-01-01T00:30", "9999-12-31T23:59"])
+def test_a_due_date_at_the_calendars_ends_is_refused_naming_the_year(written: str) -> None:
+    with pytest.raises(ValueError, match="due: expected a year from 1971 to 9000"):
+        parse_due(written, timezone="Europe/Berlin")
+
+
+def test_a_far_extension_is_refused_before_it_is_stored(make_session: sessionmaker) -> None:
+    with make_session() as session:
+        import_roster(session, [ADA], actor="prof")
+        with pytest.raises(ValueError, match="due: expected a year"):
+            grant_extension(session, login="ada", due=datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc),
+                            actor="prof")
+        assert extension_of(session, find_user(session, login="ada").id) is None
+
+
+def test_a_login_with_a_nul_is_nobodys(make_session: sessionmaker) -> None:
+    with make_session() as session:
+        import_roster(session, [ADA], actor="prof")
+        assert find_user(session, login="ada\x00") is None
+        with pytest.raises(LookupError):
+            remove_student(session, login="ada\x00", actor="prof")

@@ -155,3 +155,25 @@ def test_a_roster_entry_is_a_value() -> None:
         entry.login = "grace"  # type: ignore[misc]
     with pytest.raises(ValidationError):
         RosterEntry(login="", name="", email=None, sis_id=None, lms_id=None, section=None)
+
+
+CANVAS_HEAD = "Student,ID,SIS User ID,SIS Login ID,Section\n"
+
+
+@pytest.mark.parametrize(("row", "problem"), [
+    ('"Lovelace, Ada",1,S1,ada,' + "Lab A and " * 20 + "\n", "roster.csv:2: section: expected at most 100 characters"),
+    ('"' + "Lovelace" * 30 + ', Ada",1,S1,ada,Lab\n', "roster.csv:2: name: expected at most 200 characters"),
+    ('"Lovelace, Ada",1,S1,ada,Lab\x00A\n', "roster.csv:2: column 'Section': expected text, found a NUL character"),
+])
+def test_a_cell_the_service_could_not_store_is_refused_naming_line_and_field(
+        tmp_path: Path, row: str, problem: str) -> None:
+    with pytest.raises(RosterError, match=problem.replace("(", r"\(")):
+        read_roster(write(tmp_path, CANVAS_HEAD + row))
+
+
+def test_a_row_the_csv_module_cannot_read_is_refused_naming_its_line(tmp_path: Path) -> None:
+    import csv
+
+    huge = "x" * (csv.field_size_limit() + 10)
+    with pytest.raises(RosterError, match=r"roster.csv:\d+: not a CSV row"):
+        read_roster(write(tmp_path, CANVAS_HEAD + f'"Lovelace, Ada",1,S1,ada,"{huge}"\n'))

@@ -105,7 +105,7 @@ async def import_page(request: Request, session: SessionDep, user: PageUser) -> 
 
 def _import(request: Request, session: Session, user: User, data: bytes, name: str) -> Response:
     with tempfile.TemporaryDirectory(prefix="mutagrade-roster-") as folder:
-        path = Path(folder) / name
+        path = Path(folder) / "roster.csv"  # the uploaded name only in messages: never a path
         path.write_bytes(data)
         try:
             entries = read_roster(path)
