@@ -224,7 +224,7 @@ def test_the_similarity_finds_the_planted_copy_and_no_honest_pair(course: Course
     assert [frozenset((p["a"], p["b"])) for p in pairs] == [COPIED], [(p["a"], p["b"], p["similarity"]) for p in pairs]
     [pair] = pairs
     assert pair["similarity"] >= 0.8 and pair["regions_a"] and pair["regions_b"]
-    assert body["links"] == ["/staff/similarity/ana/cy"]  # one per pair, in the pairs' order
+    assert body["links"] == ["/staff/similarity/pair?a=ana&b=cy"]  # one per pair, in the pairs' order
 
     everything = staff_json(course, "/v1/similarity.json?threshold=0").json()["result"]["pairs"]
     honest = [p for p in everything if frozenset((p["a"], p["b"])) != COPIED]
@@ -259,8 +259,8 @@ def test_a_threshold_out_of_range_is_refused_naming_it(course: Course) -> None:
 
 def test_the_pair_page_escapes_the_suites_and_marks_the_matches(course: Course) -> None:
     with course.server.signed_in("prof", "staff") as staff:
-        page = staff.get("/staff/similarity/cy/ana")
-        unknown = staff.get("/staff/similarity/ana/nobody")
+        page = staff.get("/staff/similarity/pair?a=cy&b=ana")
+        unknown = staff.get("/staff/similarity/pair?a=ana&b=nobody")
     assert page.status_code == 200, page.text
     assert "<script" not in page.text.lower()
     unmarked = re.sub(r"</?mark[^>]*>", "", page.text)
@@ -301,8 +301,8 @@ def test_the_pages_render_in_chromium_with_their_plots_loaded(course: Course, tm
     for image in images:
         assert image["done"] and image["width"] > 0, image
         assert len(image["alt"]) > 20 and image["table"], image
-    assert similarity_layout["links"] == ["/staff/similarity/ana/cy"]
-    assert landed == f"{srv.url}/staff/similarity/ana/cy"
+    assert similarity_layout["links"] == ["/staff/similarity/pair?a=ana&b=cy"]
+    assert landed == f"{srv.url}/staff/similarity/pair?a=ana&b=cy"
     assert len(marks) == 2 and all(n > 0 for n in marks), marks
     for layout in (stats_layout, similarity_layout, pair_layout):
         assert layout["wide"] <= layout["window"] == WIDTH, layout
@@ -312,7 +312,7 @@ def test_the_pages_render_in_chromium_with_their_plots_loaded(course: Course, tm
 
 # -- who may see them ----------------------------------------------------------------------------
 
-STAFF_PAGES = ("/staff/stats", "/staff/stats/scores.svg", "/staff/similarity", "/staff/similarity/ana/cy")
+STAFF_PAGES = ("/staff/stats", "/staff/stats/scores.svg", "/staff/similarity", "/staff/similarity/pair?a=ana&b=cy")
 
 
 def test_a_student_is_refused_every_staff_view(course: Course) -> None:
@@ -383,3 +383,16 @@ def test_the_views_run_in_the_thread_pool_never_on_the_event_loop() -> None:
     routes = [r for module in (class_stats, similarity) for r in module.router.routes]
     assert len(routes) == 6
     assert [r.path for r in routes if inspect.iscoroutinefunction(r.endpoint)] == []
+
+
+def test_a_pair_link_carries_any_login_as_it_is() -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    from api.web.routes.similarity import pair_link
+    from grader.core.similarity import SimilarPair
+
+    pair = SimilarPair(a="a/b", b="..", similarity_a=1.0, similarity_b=1.0, similarity=1.0, overlap=10,
+                       regions_a=[], regions_b=[])
+    link = urlsplit(pair_link(pair))
+    assert link.path == "/staff/similarity/pair"
+    assert parse_qs(link.query) == {"a": ["a/b"], "b": [".."]}

@@ -1,6 +1,6 @@
 """How alike the class's suites are, for staff: ``GET /staff/similarity`` (the page, pairs at or
 above a threshold, most similar first), ``GET /v1/similarity.json`` and one pair side by side,
-``GET /staff/similarity/{a}/{b}``, the matched regions marked.
+``GET /staff/similarity/pair?a=A&b=B``, the matched regions marked.
 
 The suites are those of each student's grade of record
 (:func:`api.store.course_stats.recorded_submissions`, by :func:`api.store.grades.grade_records`),
@@ -18,7 +18,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
@@ -112,8 +112,9 @@ def class_similarity(request: Request, session: Session, *, threshold: float) ->
 
 
 def pair_link(pair: SimilarPair) -> str:
-    """The address of a pair's side-by-side page."""
-    return f"/staff/similarity/{quote(pair.a, safe='')}/{quote(pair.b, safe='')}"
+    """The address of a pair's side-by-side page: the logins as query values, so that any
+    login (one holding ``/``, or ``..``) reaches the page as it is."""
+    return f"/staff/similarity/pair?{urlencode({'a': pair.a, 'b': pair.b})}"
 
 
 @router.get("/v1/similarity.json", response_model=SimilarityAnswer,
@@ -174,8 +175,8 @@ def _no_suite(request: Request, user: User, names: list[str]) -> Response:
     }, status.HTTP_404_NOT_FOUND)
 
 
-@router.get("/staff/similarity/{a}/{b}", response_class=HTMLResponse, include_in_schema=False)
-def pair_page(request: Request, session: SessionDep, user: PageUser, a: str, b: str) -> Response:
+@router.get("/staff/similarity/pair", response_class=HTMLResponse, include_in_schema=False)
+def pair_page(request: Request, session: SessionDep, user: PageUser, a: str = "", b: str = "") -> Response:
     """Two students' suites side by side, what each holds of the other marked."""
     if (refusal := _not_staff(request, user)) is not None:
         return refusal
