@@ -22,9 +22,11 @@ from api.store.db import User
 from api.web.csrf import FIELD, foreign_origin, form_token, token_matches
 from api.web.deps import SessionDep, request_token
 from api.web.views import shown_time
+from grader.core.states import Role
 from grader.report._common import mutant_name
 
 __all__ = [
+    "staff_only",
     "PAGE_HEADERS", "PageUser", "templates", "from_elsewhere", "page", "page_user", "refused", "to_login",
     "token_refused",
 ]
@@ -81,6 +83,16 @@ def refused(request: Request, user: User | None, title: str, message: str) -> Re
     """A 403 page saying why, the user still signed in (never the sign-in form again)."""
     return page(request, "refused.html", {"user": user, "title": title, "message": message},
                 status.HTTP_403_FORBIDDEN)
+
+
+def staff_only(request: Request, user: User | None, message: str) -> Response | None:
+    """None for a signed-in member of staff; else the sign-in form, or the 403 page saying
+    ``message`` (what the page is, for course staff only)."""
+    if user is None:
+        return to_login()
+    if user.role != Role.STAFF:
+        return refused(request, user, "Staff only", message)
+    return None
 
 
 def from_elsewhere(request: Request, user: User | None) -> Response | None:

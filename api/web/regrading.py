@@ -24,7 +24,7 @@ _STATUS = {
     regrades.NotAllowed: status.HTTP_403_FORBIDDEN,
     regrades.NotFound: status.HTTP_404_NOT_FOUND,
     regrades.Conflict: status.HTTP_409_CONFLICT,
-    regrades.Invalid: status.HTTP_422_UNPROCESSABLE_ENTITY,
+    regrades.Invalid: status.HTTP_422_UNPROCESSABLE_CONTENT,
 }
 
 

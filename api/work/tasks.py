@@ -104,7 +104,6 @@ def grade(task: JobTask, submission_id: int) -> str:
     (``crud.claim_next``: first one whose worker died, its claim lapsed), so the broker's
     order, first come first served, does not decide who waits. A message left with
     nothing to take (its job was taken by another's) does nothing."""
-    settings = task.settings
     # claimed_by holds 100 characters; a long host name must not push the task id out of it.
     worker = f"{socket.gethostname()[:50]}:{os.getpid()}:{task.request.id}"
     make_session = task.process.sessions()

@@ -10,7 +10,6 @@ other host blocked); the similarity is checked to find the planted pair and no h
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import json
 import re
@@ -30,6 +29,7 @@ from api.store.db import Submission, User
 from tests.api.chromium import Chromium
 from grader.core.assignment import load_assignment
 from tests.api.conftest import LAYOUT, STUDENT, Server, make_server, tar_gz, wait_done
+from tests.disguise import disguise
 
 SOURCE = (STUDENT / "python/tests/l3-3-gru/test_gru.py").read_text(encoding="utf-8")
 SVG = "{http://www.w3.org/2000/svg}"
@@ -53,37 +53,6 @@ def pick(*names: str) -> str:
     return "\n\n".join(parts)
 
 
-def disguise(source: str) -> str:
-    """``source`` handed in as one's own: every name of its own renamed, formatted anew (its
-    comments and blank lines go), a comment holding a script added to each function."""
-    tree = ast.parse(source)
-    imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
-                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    names: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        if name in imported or hasattr(builtins, name):
-            return name
-        return names.setdefault(name, f"{'test_mine_' if name.startswith('test') else 'my_'}{len(names)}")
-
-    class Rename(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.Name:
-            node.id = rename(node.id)
-            return node
-
-        def visit_arg(self, node: ast.arg) -> ast.arg:
-            node.arg = rename(node.arg)
-            return node
-
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-            node.name = rename(node.name)
-            self.generic_visit(node)
-            return node
-
-    text = ast.unparse(Rename().visit(tree))
-    return re.sub(r"^(def .*:)$", rf"\1\n    # {SCRIPT}", text, flags=re.MULTILINE) + "\n"
-
-
 ANA = pick("sigmoid", "numpy_cell", "random_weights", "test_cell_matches_my_numpy_formula_with_nonzero_b_hn",
            "test_padded_batch_freezes_the_state_and_zeroes_the_outputs",
            "test_two_layers_match_my_cells_stacked_from_a_nonzero_state")
@@ -94,7 +63,7 @@ PLANTED: dict[str, list[bytes]] = {
     "ana": [tar_gz({"test_gru.py": ANA})],
     "ben": [tar_gz({"test_hand.py": pick("test_hand_example_gru_cell", "test_hand_example_gradient_with_respect_to_h",
                                          "test_state_dict_keys_follow_torch")})],
-    "cy": [tar_gz({"test_my_gru.py": disguise(ANA)})],
+    "cy": [tar_gz({"test_my_gru.py": disguise(ANA, comment=SCRIPT)})],
     "dee": [tar_gz({"test_init.py": pick("test_each_recurrent_block_is_orthogonal_and_biases_are_zero") + WRONG})],
     "eve": [tar_gz({"test_first.py": pick("test_dropout_is_ignored_by_a_one_layer_gru")}),
             tar_gz({"test_more.py": pick("random_weights", "test_dropout_is_ignored_by_a_one_layer_gru",

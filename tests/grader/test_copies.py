@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import builtins
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from grader.core.copies import (
     similarity,
 )
 from grader.core.paths import default_layout
+from tests.disguise import disguise
 
 LAYOUT = default_layout()
 ASSIGNMENT = load_assignment(LAYOUT.assignment)
@@ -30,52 +29,6 @@ HAND = "test_hand_example_gru_cell"
 def check(folder: Path, *, given: tuple[str, ...] = ASSIGNMENT.given_tests) -> CopyCheck:
     return find_copies(folder, course_tests=LAYOUT.course_tests, label="reference/tests",
                        threshold=ASSIGNMENT.copy_similarity, given=given)
-
-
-def disguise(source: str) -> str:
-    """``source`` as one would hand it in as one's own: every name of its own renamed (tests,
-    helpers, variables, arguments), docstrings and comments gone, formatted anew, its
-    definitions in the reverse order."""
-    tree = ast.parse(source)
-    imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
-                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    # The helpers' parameters, which calls may name (`seed=5`); other keywords are the library's.
-    parameters = {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) for a in n.args.args}
-    names: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        if name in imported or hasattr(builtins, name):
-            return name
-        prefix = "test_mine_" if name.startswith("test") else "my_"
-        return names.setdefault(name, f"{prefix}{len(names)}")
-
-    class Rename(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.Name:
-            node.id = rename(node.id)
-            return node
-
-        def visit_arg(self, node: ast.arg) -> ast.arg:
-            node.arg = rename(node.arg)
-            return node
-
-        def visit_keyword(self, node: ast.keyword) -> ast.keyword:
-            if node.arg in parameters:
-                node.arg = rename(node.arg)
-            self.generic_visit(node)
-            return node
-
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-            node.name = rename(node.name)
-            if ast.get_docstring(node) is not None:
-                node.body = node.body[1:] or [ast.Pass()]
-            self.generic_visit(node)
-            return node
-
-    Rename().visit(tree)
-    imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
-    rest = [s for s in tree.body if s not in imports and not isinstance(s, ast.Expr)]
-    tree.body = imports + rest[::-1]
-    return ast.unparse(tree)
 
 
 def suite(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -111,7 +64,7 @@ def test_an_unchanged_copy_of_the_course_tests_is_a_copy_of_each(tmp_path):
 
 
 def test_a_copy_renamed_reformatted_and_reordered_reads_as_the_same_test(tmp_path):
-    disguised = disguise(PROPERTIES.read_text())
+    disguised = disguise(PROPERTIES.read_text(), reverse=True)
     assert "def test_lengths_keep_padding_out" not in disguised and "_random_state_dict" not in disguised
     folder = suite(tmp_path, {"test_mine.py": disguised})
     likes = check(folder, given=()).tests

@@ -3,8 +3,6 @@ MOSS does), the course tests left out as boilerplate, every submission opened as
 
 from __future__ import annotations
 
-import ast
-import builtins
 import re
 import subprocess
 import sys
@@ -17,6 +15,7 @@ from grader.core.similarity import FILE_HEADER, SimilarityResult, SuiteText, joi
 from grader.core.paths import default_layout
 from grader.flows.similarity import compare_suites, course_boilerplate, read_suite, read_suites
 from grader.report.similarity_html import render_similarity_html
+from tests.disguise import disguise
 
 LAYOUT = default_layout()
 STUDENT = (LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru" / "test_gru.py").read_text(encoding="utf-8")
@@ -102,41 +101,6 @@ def test_zero_weights_give_half_the_state():
     out = gru_cell(Tensor([[2.0]]), Tensor([[4.0]]), *zeros)
     assert math.isclose(float(out.data[0, 0]), 2.0)
 '''
-
-
-def disguise(source: str, *, comment: str = "") -> str:
-    """``source`` handed in as one's own: every name of its own renamed (tests, helpers,
-    variables, arguments), formatted anew (docstrings and comments go with it), with
-    ``comment`` added at the top of each function."""
-    tree = ast.parse(source)
-    imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
-                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    names: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        if name in imported or hasattr(builtins, name):
-            return name
-        prefix = "test_mine_" if name.startswith("test") else "my_"
-        return names.setdefault(name, f"{prefix}{len(names)}")
-
-    class Rename(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.Name:
-            node.id = rename(node.id)
-            return node
-
-        def visit_arg(self, node: ast.arg) -> ast.arg:
-            node.arg = rename(node.arg)
-            return node
-
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-            node.name = rename(node.name)
-            self.generic_visit(node)
-            return node
-
-    text = ast.unparse(Rename().visit(tree))
-    if comment:
-        text = re.sub(r"^(def .*:)$", rf"\1\n    # {comment}", text, flags=re.MULTILINE)
-    return text + "\n"
 
 
 def student(folder: Path, files: dict[str, str]) -> None:

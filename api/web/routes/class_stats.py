@@ -20,14 +20,12 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from api.store.course_stats import recorded_submissions, stored_reports, ungraded_students
-from api.store.db import User
 from api.web.course_cache import Computed, computed_cache
 from api.web.course_schemas import StatsAnswer
 from api.web.deps import SessionDep, StaffUser
-from api.web.forms import PAGE_HEADERS, PageUser, page, refused, to_login
+from api.web.forms import PAGE_HEADERS, PageUser, page, staff_only
 from grader.core.classstats import ClassStats, class_stats
 from grader.core.models import Report
-from grader.core.states import Role
 from grader.report._common import percent
 from grader.report.plots import kill_rate_plot, score_histogram, validity_plot
 
@@ -80,14 +78,6 @@ def stats_json(request: Request, session: SessionDep, user: StaffUser) -> StatsA
     return StatsAnswer(computed_at=figures.at, submissions=figures.value.submissions, stats=figures.value.stats)
 
 
-def _not_staff(request: Request, user: User | None) -> Response | None:
-    if user is None:
-        return to_login()
-    if user.role != Role.STAFF:
-        return refused(request, user, "Staff only", STAFF_ONLY)
-    return None
-
-
 def _alt(name: str, stats: ClassStats) -> str:
     """What each plot shows, in words; its figures are in the table beside it."""
     words = {
@@ -101,7 +91,7 @@ def _alt(name: str, stats: ClassStats) -> str:
 
 @router.get("/staff/stats", response_class=HTMLResponse, include_in_schema=False)
 def stats_page(request: Request, session: SessionDep, user: PageUser) -> Response:
-    if (refusal := _not_staff(request, user)) is not None:
+    if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
     figures = class_figures(request, session)
     stats = figures.value.stats
@@ -114,7 +104,7 @@ def stats_page(request: Request, session: SessionDep, user: PageUser) -> Respons
 @router.get("/staff/stats/{name}.svg", include_in_schema=False)
 def stats_plot(request: Request, session: SessionDep, user: PageUser, name: str) -> Response:
     """One of the page's plots, drawn from the figures the page shows (and kept with them)."""
-    if (refusal := _not_staff(request, user)) is not None:
+    if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
     draw = PLOTS.get(name)
     if draw is None:

@@ -25,7 +25,7 @@ from api.store import crud
 from api.web.csrf import FIELD
 from api.store.db import User
 from api.web.deps import TOKEN_COOKIE, RowId, SessionDep
-from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused
+from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused, staff_only
 from api.web.submitting import accept_upload, start_regrade
 from api.store.grades import RULE_WORDS, grade_records
 from api.web.deadlines import due_notice, judge_upload
@@ -154,10 +154,8 @@ def regrade(
 
 @router.get("/gradebook", response_class=HTMLResponse)
 def gradebook_page(request: Request, session: SessionDep, user: PageUser) -> Response:
-    if user is None:
-        return to_login()
-    if user.role != Role.STAFF:
-        return refused(request, user, "Staff only", "the gradebook is for course staff only")
+    if (refusal := staff_only(request, user, "the gradebook is for course staff only")) is not None:
+        return refusal
     assignment = request.app.state.assignment
     return page(request, "gradebook.html", {
         "user": user, "rows": grade_records(session, assignment=assignment), "points": points_cell,

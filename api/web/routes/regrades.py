@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from api.store import regrades
 from api.store.db import RegradeRequest, User
 from api.web.deps import CurrentUser, RowId, SessionDep, StaffUser
-from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused
+from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused, staff_only
 from api.web.regrade_schemas import (
     OverridePublic,
     RegradeAnswer,
@@ -139,10 +139,8 @@ def _back(path: str) -> Response:
 @pages.get("/staff/regrades", response_class=HTMLResponse)
 def regrades_page(request: Request, session: SessionDep, user: PageUser) -> Response:
     """Every open request (the oldest first, each with an answer form), then the answered ones."""
-    if user is None:
-        return to_login()
-    if user.role != Role.STAFF:
-        return refused(request, user, "Staff only", "regrade requests are answered by course staff only")
+    if (refusal := staff_only(request, user, "regrade requests are answered by course staff only")) is not None:
+        return refusal
     return page(request, "regrades.html", {
         "user": user,
         "open": requests_public(session, regrades.open_requests(session)),

@@ -30,11 +30,10 @@ from api.store.db import User
 from api.web.course_cache import Computed, computed_cache
 from api.web.course_schemas import SimilarityAnswer
 from api.web.deps import SessionDep, StaffUser
-from api.web.forms import PageUser, page, refused, to_login
+from api.web.forms import PageUser, page, staff_only
 from api.web.similarity_sides import marked_lines
 from grader.core.errors import GradingInputError
 from grader.core.similarity import SimilarPair, SimilarityResult, SkippedStudent, SuiteText
-from grader.core.states import Role
 from grader.flows.archive import ArchiveLimits
 from grader.flows.intake import Upload, open_tests
 from grader.flows.similarity import DEFAULT_THRESHOLD, compare_suites, course_boilerplate, read_suite
@@ -131,14 +130,6 @@ def similarity_json(
                             links=[pair_link(p) for p in computed.value.pairs])
 
 
-def _not_staff(request: Request, user: User | None) -> Response | None:
-    if user is None:
-        return to_login()
-    if user.role != Role.STAFF:
-        return refused(request, user, "Staff only", STAFF_ONLY)
-    return None
-
-
 def _threshold(sent: str | None) -> float | None:
     """The page's threshold (the default when none is sent), or None when it is not a share."""
     if sent is None or not sent.strip():
@@ -152,7 +143,7 @@ def _threshold(sent: str | None) -> float | None:
 
 @router.get("/staff/similarity", response_class=HTMLResponse, include_in_schema=False)
 def similarity_page(request: Request, session: SessionDep, user: PageUser, threshold: str | None = None) -> Response:
-    if (refusal := _not_staff(request, user)) is not None:
+    if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
     value = _threshold(threshold)
     context = {"user": user, "percent": percent, "threshold": threshold or DEFAULT_THRESHOLD}
@@ -178,7 +169,7 @@ def _no_suite(request: Request, user: User, names: list[str]) -> Response:
 @router.get("/staff/similarity/pair", response_class=HTMLResponse, include_in_schema=False)
 def pair_page(request: Request, session: SessionDep, user: PageUser, a: str = "", b: str = "") -> Response:
     """Two students' suites side by side, what each holds of the other marked."""
-    if (refusal := _not_staff(request, user)) is not None:
+    if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
     suites = class_suites(request, session)
     texts = {s.student: s for s in suites.suites}
