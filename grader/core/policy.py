@@ -25,7 +25,6 @@ many a suite holds.
 
 from __future__ import annotations
 
-import ast
 import codecs
 import io
 import re

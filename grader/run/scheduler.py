@@ -1,23 +1,24 @@
 """A grading's runs: the staged protocol over two workers, and the pool that keeps them warm.
 
-:func:`run_matrix` grades in stages, so that a broken or hostile suite costs little: the
-reference first (twice, under two hash seeds, in two workers at once); then, as soon as the
-first reference run is in, the wheats and the mutants together, in a random order, counting only
-the tests that passed it, each under a time limit derived from the test's time on the reference,
-and each mutant's run stopping at its first kill (unless the full matrix is asked for). A test
-that could tell how far the grading has gone (by the clock, say) learns nothing from it: a wheat
-is as likely as a mutant to come late. Every wheat runs under the first seed, and a test it fails
-is run on it again under the second: a failure that does not hold there is chance's (the test is
-flaky), not the wheat's. The mutants' results are weighed once both reference runs and every wheat
-are in: a mutant whose run stopped at a test that turned out not to be valid
-carries on with the valid tests it had not reached (at most :data:`MAX_CONTINUATIONS` times). Every
-kill is confirmed by running the test that made it again under the other seed. The confirming
-and continuing runs come late and are mostly mutants', so the reference is run again among them
-now and then, at random (:data:`RECHECK_EVERY`): a test that fails late fails there too, and is
-not valid. A CPU and a wall-clock budget bound the whole grading, and so does a cap on its runs
-(:func:`max_runs`).
-After the reference, runs but the wheats' go to whichever worker is free, never more at once
-than ``jobs``.
+:func:`run_matrix` grades in stages, so that a broken or hostile suite costs little. First the
+reference (twice, under two hash seeds, one run in each worker) and the wheats (each with every
+test, under a seed of its own: half the wheats under each), each worker's runs in a random
+order, so that no kind of variant always comes first on a worker. As soon as the first
+reference run is in, the mutants, in a random order, counting only the tests that passed it,
+each under a time limit derived from the test's time on the reference, and each mutant's run
+stopping at its first kill (unless the full matrix is asked for). A wheat's run is weighed once
+both reference runs are in: a test that took longer on it than its limit from the reference
+ran past it. A test that could tell how far the grading has gone (by the clock, say) learns
+nothing from it. A test a wheat fails is run on it again under the other seed: a failure that
+does not hold there is chance's (the test is flaky), not the wheat's. The mutants' results are
+weighed once both reference runs and every wheat are in: a mutant whose run stopped at a test
+that turned out not to be valid carries on with the valid tests it had not reached (at most
+:data:`MAX_CONTINUATIONS` times). Every kill is confirmed by running the test that made it again
+under the other seed. The confirming and continuing runs come late and are mostly mutants', so
+the reference is run again among them now and then, at random (:data:`RECHECK_EVERY`): a test
+that fails late fails there too, and is not valid. A CPU and a wall-clock budget bound the whole
+grading, and so does a cap on its runs (:func:`max_runs`).
+Runs with no seed of their own go to whichever worker is free, never more at once than ``jobs``.
 :class:`WorkerPool` keeps the two workers for one grading after another.
 """
 
@@ -29,9 +30,10 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
+from grader.run.cells import charge, fill, held_to, limits_from_reference, merge, passed_tests
 from grader.run.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
 from grader.core.matrix import BudgetStop, Matrix
-from grader.core.models import Budget, Outcome, Purpose, SuiteRun, TestOutcome, WorkerRun
+from grader.core.models import Budget, Outcome, Purpose, SuiteRun, WorkerRun
 from grader.core.paths import Layout
 from grader.run.runner import GradingBudget, RunLimits, WorkerLost, WorkerProcess, WorkerResult, close_all, silence_limit
 from grader.sandbox.base import SandboxMode
@@ -54,68 +56,6 @@ def max_runs(variants: int) -> int:
     the cap the grading stops, and its report says so.
     """
     return 2 + MAX_RUNS_PER_VARIANT * variants
-
-
-def _passed(run: SuiteRun) -> list[str]:
-    return [r.test_id for r in run.results if r.outcome is Outcome.PASSED]
-
-
-def _time_limits(references: Sequence[SuiteRun], tests: Sequence[str], limits: RunLimits) -> dict[str, float]:
-    """Each test's limit away from the reference: ``factor ×`` its (slowest) time there, at
-    least the floor, at most the test limit."""
-    took: dict[str, float] = {}
-    for reference in references:
-        for r in reference.results:
-            took[r.test_id] = max(took.get(r.test_id, 0.0), r.duration)
-    bound = limits.limits
-    return {
-        test: round(min(bound.test_timeout_s, max(bound.floor_s, bound.timeout_factor * took.get(test, 0.0))), 3)
-        for test in tests
-    }
-
-
-def _fill(run: SuiteRun, test_ids: Sequence[str], why: Callable[[str], str | None]) -> SuiteRun:
-    """``run`` with the suite's tests in order, and the ones it did not run NOT_RUN with
-    ``why(test_id)`` (left out, so MISSING, where that is None: it should have run)."""
-    have = {r.test_id: r for r in run.results}
-    results = []
-    for test_id in test_ids:
-        reason = None if test_id in have else why(test_id)
-        if test_id in have or reason is not None:
-            results.append(have.get(test_id) or TestOutcome(test_id=test_id, outcome=Outcome.NOT_RUN, message=reason))
-    extra = tuple(r for r in run.results if r.test_id not in set(test_ids))
-    return run.model_copy(update={"results": tuple(results) + extra})
-
-
-def _merge(earlier: SuiteRun, later: SuiteRun) -> SuiteRun:
-    """A run continued: the later run's outcomes replace the earlier NOT_RUN ones."""
-    newer = {r.test_id: r for r in later.results}
-    results = tuple(
-        newer.get(r.test_id, r) if r.outcome is Outcome.NOT_RUN else r for r in earlier.results
-    )
-    return earlier.model_copy(update={
-        "results": results,
-        "collection_errors": earlier.collection_errors + later.collection_errors,
-        "crashed": earlier.crashed or later.crashed,
-        "duration": round(earlier.duration + later.duration, 3),
-        "cpu_s": round(earlier.cpu_s + later.cpu_s, 3),
-        "stopped_early": later.stopped_early,
-        "budget_exceeded": earlier.budget_exceeded or later.budget_exceeded,
-    })
-
-
-def _charge(budget: GradingBudget, run: SuiteRun) -> BudgetStop | None:
-    """Count ``run``'s CPU time against the grading's budget; where it stopped, or spent past,
-    a budget, the stop to report (the test it was in, the variant, which budget)."""
-    budget.spent += run.cpu_s
-    if run.budget_exceeded:
-        kind = run.budget or Budget.CPU
-        whole = budget.wall if kind is Budget.WALL else budget.cpu
-        return BudgetStop(whole or 0.0, run.budget_exceeded, run.variant, kind)
-    if budget.cpu is not None and budget.spent > budget.cpu:
-        slowest = max(run.results, key=lambda r: r.duration, default=None)
-        return BudgetStop(budget.cpu, slowest.test_id if slowest else "(collecting the tests)", run.variant)
-    return None
 
 
 class _MatrixRun:
@@ -147,12 +87,12 @@ class _MatrixRun:
         self.valid: list[str] = []  # ... and on every wheat: the tests a mutant's kill counts by
         self.settled = False  # both reference runs and every wheat are in: self.valid is known
         self.held: list[SuiteRun] = []  # mutants' first runs that came in before that
+        self.unweighed: list[SuiteRun] = []  # wheats' first runs in before both reference runs
         self.rechecks: list[SuiteRun] = []
         self.late = 0  # confirming and continuing runs sent
         self.carried: dict[str, int] = {}  # continuations sent, by mutant
         self.chance = random.SystemRandom()
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
-        self.wheat_limits: dict[str, float] = {}  # ... on the wheats (from the first reference run in)
         # Two workers under two hash seeds, each running the reference at once, so that a test
         # whose result depends on the hash seed shows up as flaky; then both run what follows.
         if pooled is not None:
@@ -244,7 +184,7 @@ class _MatrixRun:
                 # tests' doing (every test brittle on a wheat, a mutant left alive): judge nothing.
                 raise WorkerLost(f"a grading worker was lost, nothing of this grading is judged: {item.run.crashed}")
             self.ready.add(item.worker)
-            stop = _charge(self.budget, item.run)
+            stop = charge(self.budget, item.run)
             if stop is not None and self.stop is None:
                 self.stop = stop
                 self.close()
@@ -255,9 +195,10 @@ class _MatrixRun:
         wheats = [v for v in self.variants.values() if v.kind is VariantKind.WHEAT]
         mutants = [v for v in self.variants.values() if v.kind is VariantKind.MUTANT]
         self.budget.start()
-        self._start(reference)
+        self._start(reference, wheats)
         references: dict[int, SuiteRun] = {}  # by hash seed
-        waiting_wheats: set[str] | None = None  # None: not sent yet
+        waiting_wheats = {w.id for w in wheats}  # their first runs, or a rejection's second, not weighed yet
+        mutants_sent = False
         while self.in_flight or (self.pending and self.stop is None):
             item = self._wait()
             run = item.run
@@ -269,58 +210,95 @@ class _MatrixRun:
             elif run.variant == reference.id and run.purpose in (Purpose.FIRST, Purpose.SECOND_SEED):
                 references[item.worker.hash_seed] = run
                 (self.second if run.purpose is Purpose.SECOND_SEED else self.first)[reference.id] = run
-                if waiting_wheats is None:
-                    # The first reference run in: the wheats and the mutants need not wait for
-                    # the other, and count the tests that passed it (one failing under the
-                    # other hash seed is flaky, and counts for nothing either way).
-                    waiting_wheats = self._send_the_rest(run, wheats, mutants)
-            elif waiting_wheats is not None and run.variant in waiting_wheats:
-                if self._wheat_result(run, list(references.values())):
+                if not mutants_sent:
+                    # The first reference run in: the mutants need not wait for the other, and
+                    # count the tests that passed it (one failing under the other hash seed is
+                    # flaky, and counts for nothing either way).
+                    mutants_sent = True
+                    if not self._send_mutants(run, mutants):
+                        self._drop_wheats()
+                if len(references) == 2:
+                    unweighed, self.unweighed = self.unweighed, []
+                    for wheat_run in unweighed:
+                        if self._wheat_result(wheat_run, list(references.values())):
+                            waiting_wheats.discard(wheat_run.variant)
+            elif run.variant in waiting_wheats:
+                if len(references) < 2 and run.purpose is Purpose.FIRST:
+                    self.unweighed.append(run)  # weighed once both reference runs (and their times) are in
+                elif self._wheat_result(run, list(references.values())):
                     waiting_wheats.discard(run.variant)
             elif not self.settled and run.purpose is Purpose.FIRST:
                 self.held.append(run)
             else:
                 self._mutant_result(run)
-            if not self.settled and len(references) == 2 and waiting_wheats == set():
+            if not self.settled and len(references) == 2 and not waiting_wheats:
                 self._settle(list(references.values()), wheats)
             self._dispatch()
         self.release()
         return self._matrix(wheats, mutants)
 
-    def _start(self, reference: Variant) -> None:
-        """The first runs: the reference under both hash seeds, one run in each worker, sent in
-        a random order (which worker's run decides what is sent next is chance's)."""
-        pairs = [(self.seed_one, Purpose.FIRST), (self.seed_two, Purpose.SECOND_SEED)]
-        self.chance.shuffle(pairs)
-        for worker, purpose in pairs:
-            self._send_to(worker, WorkerRun(variant=reference.id, source=reference.source, purpose=purpose))
+    def _start(self, reference: Variant, wheats: list[Variant]) -> None:
+        """The first runs: the reference under both hash seeds, and every wheat under the seed
+        it is given (:meth:`_wheat_seed`), each with every test under the test limit (its limits
+        from the reference are applied once the reference's times are in, :meth:`_wheat_result`).
+        One worker, chosen by chance, starts with its reference run; the other starts with any
+        of its runs, by chance, with its reference run at once beside it, and the order of the
+        rest is chance's too: no kind of variant always comes first on a worker, and a suite
+        that stops the reference costs at most one other run beside the two reference runs (the
+        wheats not sent yet are dropped, :meth:`_drop_wheats`)."""
+        queues = {self.seed_one.hash_seed: [WorkerRun(variant=reference.id, source=reference.source,
+                                                       purpose=Purpose.FIRST, seed=self.seed_one.hash_seed)],
+                  self.seed_two.hash_seed: [WorkerRun(variant=reference.id, source=reference.source,
+                                                       purpose=Purpose.SECOND_SEED, seed=self.seed_two.hash_seed)]}
+        for wheat in wheats:
+            seed = self._wheat_seed(wheat, wheats)
+            queues[seed].append(WorkerRun(variant=wheat.id, source=wheat.source, seed=seed))
+        lead, other = self.chance.sample(list(queues.values()), 2)
+        lead[1:] = self.chance.sample(lead[1:], len(lead) - 1)  # its reference first
+        other[:] = self.chance.sample(other, len(other))
+        # Both reference runs go at once, as each worker's first or right beside it, whatever ``jobs``.
+        head = other[0]
+        other.sort(key=lambda r: 0 if r is head else 1 if r.variant == reference.id else 2)  # stable
+        at_once = other[:1] if head.variant == reference.id else other[:2]
+        rest = [other[len(at_once):], lead[1:]]
+        for run in [lead[0], *at_once]:
+            self._send_to(self.seed_one if run.seed == self.seed_one.hash_seed else self.seed_two, run)
+        for i in range(max(len(runs) for runs in rest)):
+            self.pending.extend(runs[i] for runs in rest if i < len(runs))
 
-    def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> set[str]:
-        """Send every wheat and mutant at once, in a random order, counting the tests that
-        passed the first reference run; returns the wheats sent."""
-        passing = [t for t in _passed(first) if self.not_counted(t) is None]
+    def _drop_wheats(self) -> None:
+        """No test passed the first reference run: the wheats' runs not sent yet are not sent."""
+        self.pending = deque(r for r in self.pending if self.variants[r.variant].kind is not VariantKind.WHEAT)
+
+    def _wheat_seed(self, wheat: Variant, wheats: list[Variant]) -> int:
+        """The hash seed a wheat's first run is made under: the same in every grading (so a test
+        whose verdict on it is chance's is found the same way each time), half the wheats under
+        each seed, by their order in the manifest."""
+        index = [w.id for w in wheats].index(wheat.id)
+        return self.seed_one.hash_seed if index % 2 == 0 else self.seed_two.hash_seed
+
+    def _send_mutants(self, first: SuiteRun, mutants: list[Variant]) -> bool:
+        """Send every mutant at once, in a random order, counting the tests that passed the
+        first reference run; False (nothing sent) when no test that counts passed it."""
+        passing = [t for t in passed_tests(first) if self.not_counted(t) is None]
         if not passing:
-            return set()
-        limits = self.wheat_limits = _time_limits([first], passing, self.limits)
-        # Every wheat under the first seed: a test whose verdict there is chance's is found the
-        # same way in every grading (see _wheat_result), not only when the other worker was free.
-        runs = [WorkerRun(variant=w.id, source=w.source, select=passing, time_limits=limits,
-                          seed=self.seed_one.hash_seed) for w in wheats]
-        runs += [WorkerRun(variant=m.id, source=m.source, select=passing, time_limits=limits,
-                           stop_at_first_kill=not self.full_matrix) for m in mutants]
+            return False
+        limits = limits_from_reference([first], passing, self.limits)
+        runs = [WorkerRun(variant=m.id, source=m.source, select=passing, time_limits=limits,
+                          stop_at_first_kill=not self.full_matrix) for m in mutants]
         self.chance.shuffle(runs)
         for run in runs:
             self._send(run)
-        return {w.id for w in wheats}
+        return True
 
     def _settle(self, references: list[SuiteRun], wheats: list[Variant]) -> None:
         """Both reference runs and every wheat are in: the valid tests are known, and the
         mutants' runs that came in meanwhile are weighed."""
-        both = set(_passed(references[0])) & set(_passed(references[1]))
+        both = set(passed_tests(references[0])) & set(passed_tests(references[1]))
         self.valid = [t for t in self.first["reference"].test_ids
                       if t in both and self.not_counted(t) is None
                       and all(self.first[w.id].outcome(t) is Outcome.PASSED for w in wheats)]
-        self.time_limits = _time_limits(references, self.valid, self.limits)
+        self.time_limits = limits_from_reference(references, self.valid, self.limits)
         self.settled = True
         held, self.held = self.held, []
         for run in held:
@@ -338,20 +316,25 @@ class _MatrixRun:
             self._send(item)
 
     def _wheat_result(self, run: SuiteRun, references: list[SuiteRun]) -> bool:
-        """A wheat's run: whether the wheat is done. Its first run's rejections (tests it failed
-        that passed every reference run in) are run on it again under the other seed: one that
-        does not fail there is chance's (the test is flaky), not the wheat's (brittle)."""
+        """A wheat's run, once both reference runs are in: whether the wheat is done. Its first
+        run had every test under the test limit (it may go before the reference); a test that
+        took longer than its limit from the reference runs ran past it. Its rejections (tests
+        it failed that passed both reference runs) are run on it again under the other seed:
+        one that does not fail there is chance's (the test is flaky), not the wheat's (brittle)."""
         if run.purpose is Purpose.CONFIRMING:
             self.second[run.variant] = run
             return True
-        self.first[run.variant] = run
+        passing = [t for t in run.test_ids if self.not_counted(t) is None
+                   and all(ref.outcome(t) is Outcome.PASSED for ref in references)]
+        limits = limits_from_reference(references, passing, self.limits)
+        run = self.first[run.variant] = held_to(run, limits)
         rejected = [r.test_id for r in run.results if r.outcome not in (Outcome.PASSED, Outcome.NOT_RUN)
-                    and all(ref.outcome(r.test_id) is Outcome.PASSED for ref in references)]
+                    and r.test_id in limits]
         if not rejected:
             return True
         wheat = self.variants[run.variant]
-        limits = {t: self.wheat_limits[t] for t in rejected if t in self.wheat_limits}
-        self._send_late(WorkerRun(variant=wheat.id, source=wheat.source, select=rejected, time_limits=limits,
+        self._send_late(WorkerRun(variant=wheat.id, source=wheat.source, select=rejected,
+                                  time_limits={t: limits[t] for t in rejected},
                                   purpose=Purpose.CONFIRMING, seed=self._other_seed(run.hash_seed)))
         return False
 
@@ -379,7 +362,7 @@ class _MatrixRun:
             return
         seed = run.hash_seed  # the seed its kills were found under
         if run.purpose is Purpose.CONTINUING:
-            run = _merge(self.first[run.variant], self._explain(run).model_copy(update={"purpose": Purpose.FIRST}))
+            run = merge(self.first[run.variant], self._explain(run).model_copy(update={"purpose": Purpose.FIRST}))
         else:
             run = self._explain(run)
         self.first[run.variant] = run
@@ -420,12 +403,14 @@ class _MatrixRun:
         results = tuple(r for r in run.results
                         if r.outcome is not Outcome.NOT_RUN and self._reference_reason(r.test_id) is None
                         and (counted is None or r.test_id in counted))
-        return _fill(run.model_copy(update={"results": results}), self.first["reference"].test_ids,
+        return fill(run.model_copy(update={"results": results}), self.first["reference"].test_ids,
                      lambda test_id: self._why_not_run(test_id, kind))
 
     def _reference_reason(self, test_id: str) -> str | None:
         """Why ``test_id`` counts on no variant, from the reference runs in: None if it passed them all."""
         references = [r for r in (self.first.get("reference"), self.second.get("reference")) if r is not None]
+        if self.stop is not None:  # a reference run the budget stopped says nothing of the tests it never ran
+            references = [r for r in references if r.outcome(test_id) is not Outcome.NOT_RUN]
         passed = [r.outcome(test_id) is Outcome.PASSED for r in references]
         if any(passed) and not all(passed):
             return "not counted: flaky (passed on the reference under one hash seed only)"
@@ -455,6 +440,14 @@ class _MatrixRun:
                                     for w in failed)
 
     def _matrix(self, wheats: list[Variant], mutants: list[Variant]) -> Matrix:
+        first, second = self.first.get("reference"), self.second.get("reference")
+        if second is not None and (first is None or not first.test_ids):
+            # The budget ran out before the first-seed reference run was made (or while it was):
+            # the suite's tests are the second run's, each not run in the first.
+            self.first["reference"] = fill(first or SuiteRun(variant="reference", hash_seed=FIRST_HASH_SEED),
+                                            second.test_ids, lambda _: "not run: the grading budget ran out")
+        for run in self.unweighed:  # wheats' runs in before the budget ran out, never weighed
+            self.first.setdefault(run.variant, run)
         for run in self.held:  # came in before the budget ran out, never weighed
             self.first.setdefault(run.variant, self._explain(run))
         reference = self.first.get("reference")

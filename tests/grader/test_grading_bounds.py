@@ -73,7 +73,9 @@ def test_a_suite_of_more_tests_than_the_limit_is_refused_after_collection(tmp_pa
     )
     assert report.input_refused and not report.passed and report.reasons == [report.refused]
     assert report.tests == [] and report.problems == []
-    assert report.timing.runs == 2  # the reference's two collections, and no other run
+    # The reference's two collections, and at most one wheat's that went beside them (each
+    # stopped at the cap); nothing else.
+    assert report.timing.runs in (2, 3)
 
 
 def test_a_suite_at_the_limit_is_graded(tmp_path):

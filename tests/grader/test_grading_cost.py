@@ -7,6 +7,7 @@ issue's own ceilings), never as a benchmark: bench/grade_speed.py measures speed
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -92,7 +93,8 @@ def test_one_spinning_test_costs_one_time_limit(tmp_path, example_report):
     assert test.outcomes["reference"] is Outcome.TIMEOUT
     _wrong_and_run_nowhere_else(report, test)
     assert not report.passed and report.score.killed == 0
-    assert report.timing.runs == 2  # the reference under two hash seeds, nothing else
+    # The reference under two hash seeds, and at most one wheat's run that went beside them.
+    assert report.timing.runs in (2, 3)
     assert took <= 25, f"a one-test spinning suite took {took:.1f} s to grade"
     _the_next_grading_is_right(example_report)
 
@@ -129,7 +131,7 @@ def test_a_suite_that_errors_at_import_is_graded_at_once(tmp_path, example_repor
     assert not report.passed and report.tests == []
     assert "no test was collected: a test file could not be collected (see the problems while running)" in report.reasons
     assert any("broken at import" in str(p) for p in report.problems)
-    assert report.timing.runs == 2
+    assert report.timing.runs in (2, 3)  # the reference twice, at most one wheat beside it
     assert took <= 30
     _the_next_grading_is_right(example_report)
 
@@ -226,14 +228,14 @@ def test_insists_on_one_error_message():
 def test_both_workers_take_wheats_and_mutants_once_their_reference_run_is_in(example_report):
     """The worker under the second hash seed does not sit idle after its reference run: the two
     share the mutants (a run's result is the same under either seed, since every test it is run
-    with passed the reference under both); the wheats all run under the first seed."""
+    with passed the reference under both); the wheats take the two seeds in turn."""
     variants = build_variants(LAYOUT)
     limits = RunLimits.of(ASSIGNMENT, jobs=2, sandbox="auto")
     matrix = run_matrix(layout=LAYOUT, tests_dir=EXAMPLE, variants=variants, limits=limits)
     assert (matrix.first["reference"].hash_seed, matrix.second["reference"].hash_seed) == (1, 2)
     others = [v for v in variants if v.kind.value != "reference"]
     assert {matrix.first[v.id].hash_seed for v in others if v.kind.value == "mutant"} == {1, 2}
-    assert {matrix.first[v.id].hash_seed for v in others if v.kind.value == "wheat"} == {1}
+    assert {matrix.first[v.id].hash_seed for v in others if v.kind.value == "wheat"} == {1, 2}
     valid = {t.id for t in example_report.tests if t.valid}
     mutants = [v for v in others if v.kind.value == "mutant"]
     killed = {v.id for v in mutants if any(matrix.confirmed_failure(t, v.id) for t in valid)}
@@ -306,7 +308,8 @@ def test_the_wall_budget_stops_a_sleeping_suite_with_a_clear_report(tmp_path, ex
     report, took = _grade(_suite(tmp_path, body), assignment=tight, policy=False)  # `time`: a trusted suite
     assert not report.passed
     assert str(report.reasons[0]).startswith("grading wall-clock budget of 4 s ran out in test test_suite.py::test_sleeps_"), report.reasons
-    assert "on variant reference" in str(report.reasons[0])
+    # The first runs are the reference's and a wheat's, at once: any of them may report it.
+    assert re.search(r" on variant (reference|w0\d):", str(report.reasons[0])), report.reasons
     assert took < 15, f"graded in {took:.1f} s"
     _the_next_grading_is_right(example_report)
 

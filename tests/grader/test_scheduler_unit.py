@@ -116,9 +116,11 @@ class World:
     pending: list[tuple[FakeWorker, Sent]] = field(default_factory=list)
     sent_before_answer: int | None = None  # how many runs were sent before the first answer
     in_flight_max_after_reference: int = 0
+    answers_at_send: list[int] = field(default_factory=list)  # how many answers were in at each send
 
     def sent(self, worker: FakeWorker, sent: Sent) -> None:
         self.log.append(sent)
+        self.answers_at_send.append(len(self.answered))
         self.pending.append((worker, sent))
         if self.answered:
             self.in_flight_max_after_reference = max(self.in_flight_max_after_reference, len(self.pending))
@@ -157,12 +159,16 @@ class World:
                 results.append(TestOutcome(test_id=test, outcome=Outcome.NOT_RUN, message="not run: the run had stopped"))
                 continue
             outcome = table.get(test, P)
-            results.append(TestOutcome(test_id=test, outcome=outcome, duration=self.durations.get(test, 0.05),
+            results.append(TestOutcome(test_id=test, outcome=outcome, duration=self._took(run.variant, test),
                                        message="" if outcome is P else f"{outcome.value}"))
             stopped = run.stop_at_first_kill and outcome.kills
         test, budget = self.out_of_budget.get(run.variant, ("", None))
         return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, purpose=run.purpose, results=tuple(results),
                         cpu_s=self.cpu_s, stopped_early=stopped, budget_exceeded=test, budget=budget)
+
+    def _took(self, variant: str, test: str) -> float:
+        """``durations[f"{variant}/{test}"]``, else ``durations[test]``, else 0.05 s."""
+        return self.durations.get(f"{variant}/{test}", self.durations.get(test, 0.05))
 
     def runs_of(self, variant: str, purpose: Purpose | None = None) -> list[Sent]:
         return [s for s in self.log if s.run.variant == variant and (purpose is None or s.run.purpose is purpose)]
@@ -178,21 +184,25 @@ def _grade(world: World, *, full_matrix: bool = False, chance: int = 0, limits: 
 
 
 def _first_runs(world: World) -> list[Sent]:
-    return [s for s in world.log if s.run.variant != "reference" and s.run.purpose is FIRST]
+    """The mutants' first runs (the wheats' have every test, under the test limit)."""
+    return [s for s in world.log if s.run.variant in MUTANTS and s.run.purpose is FIRST]
 
 
 CHANCES = pytest.mark.parametrize("chance", range(4))
 
 
 @CHANCES
-def test_the_reference_runs_under_both_hash_seeds_before_the_rest(chance: int) -> None:
+def test_the_reference_under_both_hash_seeds_and_the_wheats_go_before_the_mutants(chance: int) -> None:
     world = World(outcomes={"m1": {"t::a": F}, "m2": {"t::b": F}})
     matrix, _ = _grade(world, chance=chance)
     references = [s for s in world.log if s.run.variant == "reference" and s.run.purpose is not Purpose.RECHECK]
     assert {(s.run.purpose, s.seed) for s in references} == {(FIRST, 1), (Purpose.SECOND_SEED, 2)}
     assert all(s.run.select is None and not s.run.stop_at_first_kill for s in references)
-    early = world.log[:world.sent_before_answer]
-    assert [s.run.variant for s in early] == ["reference", "reference"]  # nothing else before the first answer
+    # The mutants are sent once a reference run is in; the wheats (with every test) before.
+    first_mutant = next(i for i, s in enumerate(world.log) if s.run.variant in MUTANTS)
+    assert "reference" in [r.variant for r in world.answered[:world.answers_at_send[first_mutant]]]
+    assert all(world.log.index(s) < first_mutant for w in ("w1", "w2") for s in world.runs_of(w, FIRST))
+    assert all(s.run.select is None and s.run.time_limits is None for s in world.runs_of("w1", FIRST))
     assert (matrix.first["reference"].hash_seed, matrix.second["reference"].hash_seed) == (1, 2)
     # Every wheat and mutant ran once; each kill once more.
     firsts = [s for s in world.log if s.run.variant != "reference" and s.run.purpose is FIRST]
@@ -201,13 +211,20 @@ def test_the_reference_runs_under_both_hash_seeds_before_the_rest(chance: int) -
     assert matrix.runs == len(world.answered) == len(world.log)
 
 
-def test_which_workers_reference_run_goes_first_is_chance() -> None:
-    first_sent = set()
-    for chance in range(16):
+def test_no_kind_of_variant_always_comes_first_on_a_worker() -> None:
+    """Each worker's first run is the reference or a wheat, by chance: a run that could tell it
+    came first on its worker would not know it was the reference's."""
+    first_kinds: dict[int, set[str]] = {1: set(), 2: set()}
+    first_worker: set[int] = set()
+    for chance in range(32):
         world = World(outcomes={"m1": {"t::a": F}})
         _grade(world, chance=chance)
-        first_sent.add(world.log[0].seed)
-    assert first_sent == {1, 2}
+        first_worker.add(world.log[0].seed)
+        for seed in (1, 2):
+            first = next(s for s in world.log if s.seed == seed)
+            first_kinds[seed].add("reference" if first.run.variant == "reference" else "wheat")
+    assert first_kinds == {1: {"reference", "wheat"}, 2: {"reference", "wheat"}}
+    assert first_worker == {1, 2}
 
 
 @CHANCES
@@ -241,7 +258,7 @@ def test_nothing_runs_past_the_reference_when_no_test_passes_it() -> None:
     fails = {t: F for t in TESTS}
     world = World(outcomes={"reference": fails})
     matrix, _ = _grade(world)
-    assert [s.run.variant for s in world.log] == ["reference", "reference"]
+    assert not any(s.run.variant in MUTANTS for s in world.log)  # the wheats went with the reference
     assert all(matrix.outcome(t, v.id) is Outcome.NOT_RUN for t in TESTS for v in VARIANTS[1:])
 
 
@@ -352,8 +369,9 @@ def test_the_cpu_budget_stops_the_grading() -> None:
     assert [bool(r.crashed) for r in world.answered] == [False] * 3 + [True] * (len(world.answered) - 3)
     assert all(w.closed and w.sandbox.killed for w in workers)
     # Each run was sent with the budget left then.
-    assert [s.cpu_budget for s in world.log[:2]] == [1.0, 1.0]
-    assert all(s.cpu_budget < 1.0 for s in world.log[2:])
+    at_start = world.answers_at_send.count(0)  # the reference runs and a wheat's, maybe, at once
+    assert at_start in (2, 3) and all(s.cpu_budget == 1.0 for s in world.log[:at_start])
+    assert all(s.cpu_budget < 1.0 for s in world.log[at_start:])
     not_run = [v.id for v in VARIANTS[1:] if v.id not in {s.run.variant for s in world.log}]
     assert not_run
     reason = next(r.message for r in matrix.first[not_run[0]].results if r.test_id == "t::a")
@@ -366,7 +384,7 @@ def test_a_run_that_reports_the_budget_ran_out_stops_the_grading() -> None:
     stop = matrix.budget_stop
     assert stop is not None and (stop.kind, stop.test, stop.variant) == (Budget.WALL, "t::c", "reference")
     assert stop.budget == _limits().limits.budget_wall_s
-    assert [s.run.variant for s in world.log] == ["reference", "reference"]
+    assert len(world.log) <= 3 and not any(s.run.variant in MUTANTS for s in world.log)
 
 
 def test_never_more_runs_at_once_than_jobs() -> None:
@@ -398,21 +416,23 @@ def test_a_run_its_worker_lost_stops_the_grading_instead_of_becoming_a_verdict(v
 def test_after_the_budget_ran_out_the_runs_stopped_with_it_are_kept_as_they_are() -> None:
     """Once the budget has run out the schedule stops the workers itself: what they lose then
     is what the budget stopped, kept as it is."""
-    world = World(out_of_budget={"w1": ("t::b", Budget.CPU)}, lost=("m1",), last=("m1@1", "m1@2"))
+    # w1 reports last of all, m1 with it (w1 runs under the first seed; m1 under either).
+    world = World(out_of_budget={"w1": ("t::b", Budget.CPU)}, lost=("m1",), last=("w1@1", "m1@1", "m1@2"))
     matrix, _ = _grade(world)
     assert matrix.budget_stop is not None and matrix.budget_stop.variant == "w1"
     assert "without reporting this run" in matrix.first["m1"].crashed  # kept, and no error raised
 
 
 @CHANCES
-def test_a_wheat_runs_under_the_first_seed_and_each_rejection_again_under_the_second(chance: int) -> None:
+def test_each_wheat_runs_under_a_seed_of_its_own_and_each_rejection_again_under_the_other(chance: int) -> None:
     """t::a fails on w1 under the first seed only: its verdict is chance's, and it is flaky;
-    t::b fails on w2 under both: it rejects a correct implementation, and it is brittle."""
+    t::b fails on w2 under both: it rejects a correct implementation, and it is brittle. The
+    wheats take the seeds in turn, in the manifest's order: the same in every grading."""
     world = World(outcomes={"w1@1": {"t::a": F}, "w2": {"t::b": E}, "m1": {"t::a": F}})
     matrix, _ = _grade(world, chance=chance)
-    assert {s.seed for w in ("w1", "w2") for s in world.runs_of(w, FIRST)} == {1}
+    assert [{s.seed for s in world.runs_of(w, FIRST)} for w in ("w1", "w2")] == [{1}, {2}]
     (again_w1,), (again_w2,) = world.runs_of("w1", CONFIRMING), world.runs_of("w2", CONFIRMING)
-    assert (again_w1.seed, again_w1.run.select, again_w2.seed, again_w2.run.select) == (2, ["t::a"], 2, ["t::b"])
+    assert (again_w1.seed, again_w1.run.select, again_w2.seed, again_w2.run.select) == (2, ["t::a"], 1, ["t::b"])
     assert matrix.second["w1"].outcome("t::a") is P and matrix.second["w2"].outcome("t::b") is E
     # m1 is weighed once the wheats' second runs are in: t::a, not valid, kills nothing.
     assert not matrix.confirmed_failure("t::a", "m1") and world.runs_of("m1", CONTINUING)
@@ -425,6 +445,23 @@ def test_a_wheat_runs_under_the_first_seed_and_each_rejection_again_under_the_se
     assert "w2 (w2 title): error" in tests["t::b"].reason
     reason = next(r.message for r in matrix.first["m1"].results if r.test_id == "t::a")
     assert reason.startswith("not counted: flaky"), reason
+
+
+@CHANCES
+def test_a_wheat_test_slower_than_its_limit_from_the_reference_ran_past_it(chance: int) -> None:
+    """The wheats may run before the reference, under the test limit: once the reference's times
+    are in, a test that took longer on a wheat than its limit (10 x 0.05 s, at least the 1 s
+    floor) timed out there, and is run on it again under its limit."""
+    world = World(outcomes={"m1": {"t::a": F}}, durations={"w1/t::c": 3.0}, confirm={"w1": {"t::c": T}})
+    matrix, _ = _grade(world, chance=chance)
+    floor = _limits().limits.timeout_floor_s
+    cell = next(r for r in matrix.first["w1"].results if r.test_id == "t::c")
+    assert cell.outcome is T and f"limit of {floor:g} s" in cell.message
+    (again,) = world.runs_of("w1", CONFIRMING)
+    assert again.run.select == ["t::c"] and again.run.time_limits == {"t::c": floor}
+    report = score_suite(submission="s", matrix=matrix, variants=VARIANTS,
+                         assignment=load_assignment(default_layout().assignment), audience="staff")
+    assert {t.id: t.status.value for t in report.tests}["t::c"] == "brittle"
 
 
 def test_a_wheat_that_rejects_nothing_is_run_once() -> None:
