@@ -64,7 +64,7 @@ check: venv bytecode
 	$(BIN)/python -m pytest -q $(CHECK_TESTS)
 
 lint: venv
-	$(BIN)/ruff check grader reference fixtures tests
+	$(BIN)/ruff check grader reference fixtures tests assignments
 
 # The student package: the tdd, check and submit commands, the course tests and goldens, and
 # nothing of the answer key (packaging/student/pyproject.toml lists what it holds). Built

@@ -88,6 +88,7 @@ class _MatrixRun:
         self.settled = False  # both reference runs and every wheat are in: self.valid is known
         self.held: list[SuiteRun] = []  # mutants' first runs that came in before that
         self.unweighed: list[SuiteRun] = []  # wheats' first runs in before both reference runs
+        self.later_wheats: list[Variant] = []  # the wheats sent among the mutants
         self.rechecks: list[SuiteRun] = []
         self.late = 0  # confirming and continuing runs sent
         self.carried: dict[str, int] = {}  # continuations sent, by mutant
@@ -198,7 +199,7 @@ class _MatrixRun:
         self._start(reference, wheats)
         references: dict[int, SuiteRun] = {}  # by hash seed
         waiting_wheats = {w.id for w in wheats}  # their first runs, or a rejection's second, not weighed yet
-        mutants_sent = False
+        rest_sent = False
         while self.in_flight or (self.pending and self.stop is None):
             item = self._wait()
             run = item.run
@@ -210,13 +211,12 @@ class _MatrixRun:
             elif run.variant == reference.id and run.purpose in (Purpose.FIRST, Purpose.SECOND_SEED):
                 references[item.worker.hash_seed] = run
                 (self.second if run.purpose is Purpose.SECOND_SEED else self.first)[reference.id] = run
-                if not mutants_sent:
-                    # The first reference run in: the mutants need not wait for the other, and
-                    # count the tests that passed it (one failing under the other hash seed is
-                    # flaky, and counts for nothing either way).
-                    mutants_sent = True
-                    if not self._send_mutants(run, mutants):
-                        self._drop_wheats()
+                if not rest_sent:
+                    # The first reference run in: the wheats and the mutants need not wait for
+                    # the other, and count the tests that passed it (one failing under the
+                    # other hash seed is flaky, and counts for nothing either way).
+                    rest_sent = True
+                    self._send_the_rest(run, wheats, mutants)
                 if len(references) == 2:
                     unweighed, self.unweighed = self.unweighed, []
                     for wheat_run in unweighed:
@@ -238,37 +238,24 @@ class _MatrixRun:
         return self._matrix(wheats, mutants)
 
     def _start(self, reference: Variant, wheats: list[Variant]) -> None:
-        """The first runs: the reference under both hash seeds, and every wheat under the seed
-        it is given (:meth:`_wheat_seed`), each with every test under the test limit (its limits
-        from the reference are applied once the reference's times are in, :meth:`_wheat_result`).
-        One worker, chosen by chance, starts with its reference run; the other starts with any
-        of its runs, by chance, with its reference run at once beside it, and the order of the
-        rest is chance's too: no kind of variant always comes first on a worker, and a suite
-        that stops the reference costs at most one other run beside the two reference runs (the
-        wheats not sent yet are dropped, :meth:`_drop_wheats`)."""
-        queues = {self.seed_one.hash_seed: [WorkerRun(variant=reference.id, source=reference.source,
-                                                       purpose=Purpose.FIRST, seed=self.seed_one.hash_seed)],
-                  self.seed_two.hash_seed: [WorkerRun(variant=reference.id, source=reference.source,
-                                                       purpose=Purpose.SECOND_SEED, seed=self.seed_two.hash_seed)]}
-        for wheat in wheats:
-            seed = self._wheat_seed(wheat, wheats)
-            queues[seed].append(WorkerRun(variant=wheat.id, source=wheat.source, seed=seed))
-        lead, other = self.chance.sample(list(queues.values()), 2)
-        lead[1:] = self.chance.sample(lead[1:], len(lead) - 1)  # its reference first
-        other[:] = self.chance.sample(other, len(other))
-        # Both reference runs go at once, as each worker's first or right beside it, whatever ``jobs``.
-        head = other[0]
-        other.sort(key=lambda r: 0 if r is head else 1 if r.variant == reference.id else 2)  # stable
-        at_once = other[:1] if head.variant == reference.id else other[:2]
-        rest = [other[len(at_once):], lead[1:]]
-        for run in [lead[0], *at_once]:
+        """The first runs: the reference under both hash seeds, one run in each worker, both at
+        once. One worker, chosen by chance, starts with its reference run; the other starts
+        with its reference run or, by chance, with one of its wheats (under the seed
+        :meth:`_wheat_seed` gives it), its reference run at once beside it: no kind of variant
+        always comes first on a worker. Such a wheat runs every test under the test limit (its
+        limits from the reference are applied once the reference's times are in,
+        :meth:`_wheat_result`); the other wheats go later, among the mutants."""
+        runs = {self.seed_one.hash_seed: WorkerRun(variant=reference.id, source=reference.source,
+                                                   purpose=Purpose.FIRST, seed=self.seed_one.hash_seed),
+                self.seed_two.hash_seed: WorkerRun(variant=reference.id, source=reference.source,
+                                                   purpose=Purpose.SECOND_SEED, seed=self.seed_two.hash_seed)}
+        lead, other = self.chance.sample(sorted(runs), 2)
+        heads = [runs[other]] + [WorkerRun(variant=w.id, source=w.source, seed=other)
+                                 for w in wheats if self._wheat_seed(w, wheats) == other]
+        head = self.chance.choice(heads)
+        self.later_wheats = [w for w in wheats if w.id != head.variant]
+        for run in [runs[lead], head] + ([runs[other]] if head is not heads[0] else []):
             self._send_to(self.seed_one if run.seed == self.seed_one.hash_seed else self.seed_two, run)
-        for i in range(max(len(runs) for runs in rest)):
-            self.pending.extend(runs[i] for runs in rest if i < len(runs))
-
-    def _drop_wheats(self) -> None:
-        """No test passed the first reference run: the wheats' runs not sent yet are not sent."""
-        self.pending = deque(r for r in self.pending if self.variants[r.variant].kind is not VariantKind.WHEAT)
 
     def _wheat_seed(self, wheat: Variant, wheats: list[Variant]) -> int:
         """The hash seed a wheat's first run is made under: the same in every grading (so a test
@@ -277,19 +264,21 @@ class _MatrixRun:
         index = [w.id for w in wheats].index(wheat.id)
         return self.seed_one.hash_seed if index % 2 == 0 else self.seed_two.hash_seed
 
-    def _send_mutants(self, first: SuiteRun, mutants: list[Variant]) -> bool:
-        """Send every mutant at once, in a random order, counting the tests that passed the
-        first reference run; False (nothing sent) when no test that counts passed it."""
+    def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> None:
+        """Send the wheats not sent yet and every mutant at once, in a random order (a wheat is
+        as likely as a mutant to come late), counting the tests that passed the first reference
+        run; nothing when no test that counts passed it."""
         passing = [t for t in passed_tests(first) if self.not_counted(t) is None]
         if not passing:
-            return False
+            return
         limits = limits_from_reference([first], passing, self.limits)
-        runs = [WorkerRun(variant=m.id, source=m.source, select=passing, time_limits=limits,
-                          stop_at_first_kill=not self.full_matrix) for m in mutants]
+        runs = [WorkerRun(variant=w.id, source=w.source, select=passing, time_limits=limits,
+                          seed=self._wheat_seed(w, wheats)) for w in self.later_wheats]
+        runs += [WorkerRun(variant=m.id, source=m.source, select=passing, time_limits=limits,
+                           stop_at_first_kill=not self.full_matrix) for m in mutants]
         self.chance.shuffle(runs)
         for run in runs:
             self._send(run)
-        return True
 
     def _settle(self, references: list[SuiteRun], wheats: list[Variant]) -> None:
         """Both reference runs and every wheat are in: the valid tests are known, and the
