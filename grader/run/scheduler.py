@@ -89,6 +89,7 @@ class _MatrixRun:
         self.held: list[SuiteRun] = []  # mutants' first runs that came in before that
         self.unweighed: list[SuiteRun] = []  # wheats' first runs in before both reference runs
         self.later_wheats: list[Variant] = []  # the wheats sent among the mutants
+        self.nothing_passed = False  # no test that counts passed the first reference run in
         self.rechecks: list[SuiteRun] = []
         self.late = 0  # confirming and continuing runs sent
         self.carried: dict[str, int] = {}  # continuations sent, by mutant
@@ -216,12 +217,19 @@ class _MatrixRun:
                     # the other, and count the tests that passed it (one failing under the
                     # other hash seed is flaky, and counts for nothing either way).
                     rest_sent = True
-                    self._send_the_rest(run, wheats, mutants)
+                    if not self._send_the_rest(run, wheats, mutants):
+                        # No test passed it: nothing is weighed, and the wheat that may have
+                        # started beside the reference counts for nothing (what its run met,
+                        # the reference's runs met first).
+                        self.nothing_passed = True
+                        self.unweighed.clear()
                 if len(references) == 2:
                     unweighed, self.unweighed = self.unweighed, []
                     for wheat_run in unweighed:
                         if self._wheat_result(wheat_run, list(references.values())):
                             waiting_wheats.discard(wheat_run.variant)
+            elif self.nothing_passed and self.variants[run.variant].kind is VariantKind.WHEAT:
+                pass  # the wheat that started beside a reference no test passed: weighed for nothing
             elif run.variant in waiting_wheats:
                 if len(references) < 2 and run.purpose is Purpose.FIRST:
                     self.unweighed.append(run)  # weighed once both reference runs (and their times) are in
@@ -264,13 +272,13 @@ class _MatrixRun:
         index = [w.id for w in wheats].index(wheat.id)
         return self.seed_one.hash_seed if index % 2 == 0 else self.seed_two.hash_seed
 
-    def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> None:
+    def _send_the_rest(self, first: SuiteRun, wheats: list[Variant], mutants: list[Variant]) -> bool:
         """Send the wheats not sent yet and every mutant at once, in a random order (a wheat is
         as likely as a mutant to come late), counting the tests that passed the first reference
-        run; nothing when no test that counts passed it."""
+        run; False, with nothing sent, when no test that counts passed it."""
         passing = [t for t in passed_tests(first) if self.not_counted(t) is None]
         if not passing:
-            return
+            return False
         limits = limits_from_reference([first], passing, self.limits)
         runs = [WorkerRun(variant=w.id, source=w.source, select=passing, time_limits=limits,
                           seed=self._wheat_seed(w, wheats)) for w in self.later_wheats]
@@ -279,6 +287,7 @@ class _MatrixRun:
         self.chance.shuffle(runs)
         for run in runs:
             self._send(run)
+        return True
 
     def _settle(self, references: list[SuiteRun], wheats: list[Variant]) -> None:
         """Both reference runs and every wheat are in: the valid tests are known, and the

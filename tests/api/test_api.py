@@ -254,5 +254,8 @@ def test_a_golden_run_compares_every_variant_with_live_torch(server):
     rows = {v["id"]: v for v in body["result"]["variants"]}
     assert rows["reference"]["matches"] and rows["w02"]["matches"]
     assert not rows["s02"]["matches"] and rows["s06"]["matches"]  # init mutants are invisible to torch
-    assert body["result"]["device"] == "cpu" and body["result"]["cases_per_s"] > 0
+    # The device the server's torch uses: the GPU where there is one, else the CPU.
+    from grader.flows.golden import device_in_use
+
+    assert body["result"]["device"] == device_in_use()[0] and body["result"]["cases_per_s"] > 0
     assert prof.get("/v1/golden/12345").status_code == 404

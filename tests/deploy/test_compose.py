@@ -248,7 +248,10 @@ def test_compose_equivalent_on_loopback(tmp_path: Path, postgres: PostgresServer
             assert run["status"] == "done", run["error"]
             rows = {v["id"]: v for v in run["result"]["variants"]}
             assert rows["reference"]["matches"] and not rows["s02"]["matches"]
-            assert run["result"]["device"] == "cpu" and run["result"]["cases_per_s"] > 0
+            # The gpu worker's device: the GPU where the machine has one, else the CPU.
+            from grader.flows.golden import device_in_use
+
+            assert run["result"]["device"] == device_in_use()[0] and run["result"]["cases_per_s"] > 0
             assert "mutagrade.golden[" in live.workers["gpu"].text(), "not run by the gpu worker"
             assert "mutagrade.golden[" not in live.workers["cpu-a"].text() + live.workers["cpu-b"].text()
             gradebook = staff.get("/v1/gradebook.csv")

@@ -111,6 +111,7 @@ class World:
     last: tuple[str, ...] = ()
     out_of_budget: dict[str, tuple[str, Budget]] = field(default_factory=dict)  # variant -> test, budget
     lost: tuple[str, ...] = ()  # variants whose first run its worker loses (it dies before reporting it)
+    collection_errors: tuple[str, ...] = ()  # met by every run
     log: list[Sent] = field(default_factory=list)
     answered: list[SuiteRun] = field(default_factory=list)
     pending: list[tuple[FakeWorker, Sent]] = field(default_factory=list)
@@ -164,7 +165,8 @@ class World:
             stopped = run.stop_at_first_kill and outcome.kills
         test, budget = self.out_of_budget.get(run.variant, ("", None))
         return SuiteRun(variant=run.variant, hash_seed=worker.hash_seed, purpose=run.purpose, results=tuple(results),
-                        cpu_s=self.cpu_s, stopped_early=stopped, budget_exceeded=test, budget=budget)
+                        cpu_s=self.cpu_s, stopped_early=stopped, budget_exceeded=test, budget=budget,
+                        collection_errors=self.collection_errors)
 
     def _took(self, variant: str, test: str) -> float:
         """``durations[f"{variant}/{test}"]``, else ``durations[test]``, else 0.05 s."""
@@ -272,6 +274,19 @@ def test_nothing_runs_past_the_reference_when_no_test_passes_it() -> None:
     matrix, _ = _grade(world)
     assert not any(s.run.variant in MUTANTS for s in world.log)  # the wheats went with the reference
     assert all(matrix.outcome(t, v.id) is Outcome.NOT_RUN for t in TESTS for v in VARIANTS[1:])
+
+
+def test_a_wheat_started_beside_a_reference_no_test_passed_counts_for_nothing() -> None:
+    """Its run met what the reference's runs met first (collection errors, say): it is not
+    weighed, and its cells say why they were not run, as every other variant's do."""
+    started_beside = 0
+    for chance in range(8):
+        world = World(outcomes={"reference": {t: E for t in TESTS}}, collection_errors=("t.py: ValueError",))
+        matrix, _ = _grade(world, chance=chance)
+        started_beside += any(s.run.variant.startswith("w") for s in world.log)
+        assert all(matrix.outcome(t, w) is Outcome.NOT_RUN for t in TESTS for w in ("w1", "w2"))
+        assert [matrix.first[w].collection_errors for w in ("w1", "w2")] == [(), ()]  # said once, by the reference
+    assert started_beside  # some of these gradings had one
 
 
 @pytest.mark.parametrize("full_matrix", [False, True])
