@@ -30,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grader.flows.golden import load_implementation  # noqa: E402
+from grader.core.contract import read_contract  # noqa: E402
 from grader.core.paths import default_layout  # noqa: E402
 from grader.worker import standin  # noqa: E402
 from grader.worker.boundary import Connection  # noqa: E402
@@ -44,7 +45,9 @@ def _serve(source: str, reference: Path) -> int:
     if pid == 0:
         ours.close()
         module = load_implementation(source, reference, "bench_served_gru")
-        serve_implementation(Connection(theirs.detach()), module)
+        layout = default_layout()
+        serve_implementation(Connection(theirs.detach()), module,
+                             read_contract(layout.contract_stub, layout.module_under_test))
         os._exit(0)
     theirs.close()
     return ours.detach()
@@ -100,11 +103,12 @@ def main() -> None:
     layout = default_layout()
     source = layout.gru_source.read_text()
     direct = load_implementation(source, layout.reference, "bench_direct_gru")
+    served = standin.build(read_contract(layout.contract_stub, layout.module_under_test))
     standin.connect(Connection(_serve(source, layout.reference)))
     cases = [
-        ("gru_cell call", "us", one_call, direct.gru_cell, standin.gru_cell),
-        ("GRU forward+backward (T=5, B=3, 2 layers)", "ms", forward_backward, direct.GRU, standin.GRU),
-        ("central-difference test, 200 calls", "ms", central_difference, direct.gru_cell, standin.gru_cell),
+        ("gru_cell call", "us", one_call, direct.gru_cell, served.gru_cell),
+        ("GRU forward+backward (T=5, B=3, 2 layers)", "ms", forward_backward, direct.GRU, served.GRU),
+        ("central-difference test, 200 calls", "ms", central_difference, direct.gru_cell, served.gru_cell),
     ]
     print(f"{'case':45} {'in-process':>11} {'stand-in':>11} {'ratio':>7} {'added':>9}")
     for name, unit, measure, here, there in cases:

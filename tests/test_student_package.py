@@ -100,9 +100,12 @@ def _answer_key() -> tuple[set[str], list[str]]:
                 continue
             lines.append(line[1:])
     lines += (LAYOUT.mutants / "manifest.toml").read_text(encoding="utf-8").splitlines()
+    # A line found within a handed-out one counts as handed out too (gru.py's `def __init__(...)
+    # -> None:` is the stub's line without its `...`).
+    handed_out = "\n".join(course)
     distinctive = {
         s for s in (line.strip() for line in lines)
-        if len(s) >= MIN_LINE and not s.startswith("#") and s not in course
+        if len(s) >= MIN_LINE and not s.startswith("#") and s not in course and s not in handed_out
     }
     manifest = tomllib.loads((LAYOUT.mutants / "manifest.toml").read_text(encoding="utf-8"))
     secrets = [v[key] for v in manifest["variant"] if v.get("hidden") for key in ("title", "pitfall") if v.get(key)]

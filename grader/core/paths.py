@@ -32,6 +32,16 @@ class Layout:
         return self.reference / "tinyllm" / "rnn" / "gru.py"
 
     @property
+    def contract_stub(self) -> Path:
+        """The contract of the module under test (:func:`grader.core.contract.read_contract`)."""
+        return self.gru_source.with_suffix(".pyi")
+
+    @property
+    def module_under_test(self) -> str:
+        """The dotted name the tests import the module under test by."""
+        return "tinyllm.rnn.gru"
+
+    @property
     def course_tests(self) -> Path:
         return self.reference / "tests"
 

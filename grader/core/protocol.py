@@ -25,6 +25,7 @@ __all__ = [
     "EVENT_KINDS",
     "VARIANT_FILENAME",
     "Budget",
+    "Contract",
     "ForkReply",
     "ForkRequest",
     "FrameError",
@@ -94,6 +95,24 @@ class WorkerSandbox:
 
 
 @dataclass(frozen=True)
+class Contract:
+    """The module under test as its contract stub declares it (:mod:`grader.core.contract`
+    reads it): its dotted name, its public functions and its ``Module`` classes. The test
+    process's stand-in offers exactly these, and the implementation process serves exactly
+    these; nothing else crosses the boundary."""
+
+    module: str = ""
+    functions: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any] | None) -> Contract:
+        data = data or {}
+        return cls(module=str(data.get("module", "")), functions=tuple(data.get("functions", ())),
+                   classes=tuple(data.get("classes", ())))
+
+
+@dataclass(frozen=True)
 class JobSettings:
     """The first frame: where things are and the limits every run shares.
 
@@ -121,6 +140,7 @@ class JobSettings:
     # process keeps ``reference``'s framework and the stand-in (needs ``isolate``). None: the
     # variants are installed into ``reference``.
     implementation: str | None = None
+    contract: Contract = field(default_factory=Contract)  # what the stand-in offers and the implementation serves
 
     def to_frame(self) -> bytes:
         return encode_frame({"job": asdict(self)})
@@ -129,6 +149,7 @@ class JobSettings:
     def from_message(cls, message: dict[str, Any]) -> JobSettings:
         data = dict(message["job"])
         data["sandbox"] = WorkerSandbox(**data.get("sandbox") or {})
+        data["contract"] = Contract.from_message(data.get("contract"))
         return cls(**_known(cls, data))
 
 

@@ -30,7 +30,8 @@ from grader.core.models import SuiteRun, WorkerRun
 from grader.core.paths import Layout
 from grader.sandbox.base import SandboxLimits, SandboxMode
 from grader.sandbox.process import SandboxedWorker, close_workers
-from grader.core.protocol import Budget, JobSettings, RunHeader, WorkerSandbox, encode_frame
+from grader.core.contract import read_contract
+from grader.core.protocol import Budget, Contract, JobSettings, RunHeader, WorkerSandbox, encode_frame
 
 __all__ = [
     "GradingBudget",
@@ -100,6 +101,7 @@ def job_settings(
     private_tmp: bool = False,
     sandbox: WorkerSandbox | None = None,
     implementation: str | None = None,
+    contract: Contract | None = None,
 ) -> JobSettings:
     """The worker's job: every limit in it comes from ``limits`` (the assignment's), here only."""
     bound = limits.limits
@@ -121,6 +123,7 @@ def job_settings(
         private_tmp=private_tmp,
         sandbox=sandbox if sandbox is not None else WorkerSandbox(),
         implementation=implementation,
+        contract=contract if contract is not None else Contract(),
     )
 
 
@@ -287,6 +290,7 @@ class WorkerProcess:
             isolate=self.isolate, private_tmp=self.sandbox.workdir is not None,
             sandbox=self.sandbox.settings(budget=worker_cpu),
             implementation=str(self.layout.implementation) if self.layout.implementation is not None else None,
+            contract=read_contract(self.layout.contract_stub, self.layout.module_under_test),
         )
 
     # ------------------------------------------------------------------ sending

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from grader.core.protocol import VARIANT_FILENAME, Outcome, RunEvent, TestResult, WorkerSandbox
+from grader.core.protocol import VARIANT_FILENAME, Contract, Outcome, RunEvent, TestResult, WorkerSandbox
 from grader.worker import chance
 
 __all__ = ["TestSession", "TestTimeout", "install_variant", "only_own_descriptors", "refuse_string_conditions", "short_message"]
@@ -183,11 +183,15 @@ class TestSession:
 
     __test__ = False
 
-    def __init__(self, tests: str, conftests: bool, *, seed: int = 1) -> None:
+    def __init__(self, tests: str, conftests: bool, *, seed: int = 1, contract: Contract = Contract()) -> None:
         from _pytest.config import _prepareconfig
         from _pytest.main import Session
 
+        from grader.worker import standin
+
         self.seed = seed  # every source of chance in a run draws under it (grader.worker.chance)
+        # The module under test as every run's tests see it, made here, before any run forks.
+        self.stand_in = standin.build(contract)
         self.reporter = Reporter()
         args = [
             tests,
@@ -248,7 +252,7 @@ class TestSession:
             # One job can hold several suites (a journal's snapshots): run just this one.
             reporter.prefix = tests.strip("/") + "/"
             self.config.args = [str(Path(self.config.rootpath) / tests)]
-        problem = _connect(boundary, isolate)
+        problem = _connect(boundary, isolate, self.stand_in)
         if problem:
             reporter.send(RunEvent("collect_error", text=problem[:MESSAGE_CAP]))
             reporter.send(RunEvent("done"))
@@ -271,8 +275,18 @@ class TestSession:
         os._exit(0)
 
 
-def _connect(boundary: int, isolate: bool) -> str:
-    """Make ``tinyllm.rnn.gru`` the run's implementation: the stand-in connected to the
+def _install(module: types.ModuleType) -> None:
+    """Make ``module`` importable under its name, and an attribute of its package."""
+    import importlib
+
+    sys.modules[module.__name__] = module
+    parent, _, leaf = module.__name__.rpartition(".")
+    if parent:
+        setattr(importlib.import_module(parent), leaf, module)
+
+
+def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType) -> str:
+    """Make the module under test the run's implementation: ``stand_in`` connected to the
     implementation process (``isolate``: every variant, every student's package), or (a
     trusted run of the project's own) the source that process sends. Returns why it could
     not be, or ""."""
@@ -289,13 +303,10 @@ def _connect(boundary: int, isolate: bool) -> str:
         return (f"{VARIANT_FILENAME}: the implementation does not import: "
                 f"{hello.header.get('type', 'Error')}: {hello.header.get('message', '')}")
     if isolate:
-        import tinyllm.rnn
-
         from grader.worker import standin
 
         standin.connect(connection)
-        sys.modules["tinyllm.rnn.gru"] = standin
-        tinyllm.rnn.gru = standin  # type: ignore[attr-defined]
+        _install(stand_in)
         return ""
     try:
         source = bytes(hello.array(0)).decode("utf-8", errors="replace")

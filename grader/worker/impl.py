@@ -1,4 +1,4 @@
-"""The implementation process: holds one variant of ``tinyllm.rnn.gru`` and computes for a
+"""The implementation process: holds one variant of the module under test and computes for a
 test process that never sees it.
 
 It reads requests from its end of the boundary (:mod:`grader.worker.boundary`: a fixed schema
@@ -9,14 +9,16 @@ its message, never a traceback, a frame or a line of source. The test process's 
 
 Requests (``op``):
 
-- ``new``: build ``GRUCell`` or ``GRU`` from ``args``/``kwargs``; the answer holds a handle,
-  the parameters in registration order and the module's plain attributes.
+- ``new``: build one of the contract's ``Module`` classes from ``args``/``kwargs``; the answer
+  holds a handle, the parameters in registration order and the module's plain attributes.
 - ``forward``: run a module with the parameter values, the training flag and the generators'
   states the test process holds now.
-- ``call``: run ``gru_cell``.
+- ``call``: run one of the contract's functions.
 - ``backward``: pull a gradient back through the graph of an earlier output.
 
-Generators (PCG32) cross as their state, both ways: a constructor's ``rng`` and every later
+The contract (:class:`~grader.core.protocol.Contract`, read from the module's stub) names what
+may be built and called; nothing else of the variant is reachable. Generators (PCG32) cross as
+their state, both ways: a constructor's ``rng`` and every later
 draw from it are the variant's own.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.protocol import Contract
 from grader.worker.boundary import (
     BoundaryError,
     Connection,
@@ -49,7 +52,6 @@ ERROR_TYPES = (
 )
 _MESSAGE_CAP = 4000
 _GRAPHS = 64  # graphs kept for a later backward pass, the oldest forgotten first
-_CLASSES = ("GRUCell", "GRU")
 
 
 class _Module:
@@ -61,13 +63,14 @@ class _Module:
 
 
 class _Server:
-    def __init__(self, variant: types.ModuleType) -> None:
+    def __init__(self, variant: types.ModuleType, contract: Contract) -> None:
         from tinyllm.autograd.functional import concatenate
         from tinyllm.autograd.tensor import Tensor
         from tinyllm.nn.module import Module, Parameter
         from tinyllm.random import PCG32
 
         self.variant = variant
+        self.classes, self.functions = contract.classes, contract.functions
         self.tensor_cls, self.parameter_cls, self.module_cls, self.rng_cls = Tensor, Parameter, Module, PCG32
         self.concatenate = concatenate
         self.modules: dict[int, _Module] = {}
@@ -151,8 +154,8 @@ class _Server:
 
     def _new(self, message: Message) -> tuple[dict[str, Any], list[np.ndarray]]:
         name = message.header.get("cls")
-        if name not in _CLASSES:
-            raise BoundaryError(f"a module's class must be one of {list(_CLASSES)}, got {name!r:.100}")
+        if name not in self.classes:
+            raise BoundaryError(f"a module's class must be one of {list(self.classes)}, got {name!r:.100}")
         rngs: list[Any] = []
         args, kwargs = self._inputs(message, [], rngs)
         module = getattr(self.variant, name)(*args, **kwargs)
@@ -190,18 +193,19 @@ class _Server:
         return self._answer(module(*args, **kwargs), slots, held.rngs)
 
     def _call(self, message: Message) -> tuple[dict[str, Any], list[np.ndarray]]:
-        if message.header.get("fn") != "gru_cell":
-            raise BoundaryError(f"a call must name gru_cell, got {message.header.get('fn')!r:.100}")
+        name = message.header.get("fn")
+        if name not in self.functions:
+            raise BoundaryError(f"a call must name one of {list(self.functions)}, got {name!r:.100}")
         slots: list[Any] = []
         args, kwargs = self._inputs(message, slots, [])
-        return self._answer(self.variant.gru_cell(*args, **kwargs), slots, [])
+        return self._answer(getattr(self.variant, name)(*args, **kwargs), slots, [])
 
     def _backward(self, message: Message) -> tuple[dict[str, Any], list[np.ndarray]]:
         graph = message.header.get("graph")
         held = self.graphs.get(graph) if isinstance(graph, int) else None
         if held is None:
             raise RuntimeError(
-                f"backward through a GRU output that is no longer held: only the outputs of the "
+                f"backward through an output that is no longer held: only the outputs of the "
                 f"last {_GRAPHS} calls can be differentiated"
             )
         root, slots = held
@@ -246,10 +250,11 @@ def error_message(exc: BaseException) -> dict[str, Any]:
     return {"ok": False, "type": name, "message": text[:_MESSAGE_CAP]}
 
 
-def serve_implementation(connection: Connection, variant: types.ModuleType) -> None:
-    """Answer requests on ``connection`` with ``variant`` until the other end closes it (or
-    sends something that is not a message: the stream cannot be read past that)."""
-    server = _Server(variant)
+def serve_implementation(connection: Connection, variant: types.ModuleType, contract: Contract) -> None:
+    """Answer requests on ``connection`` with ``variant`` (what ``contract`` names of it) until
+    the other end closes it (or sends something that is not a message: the stream cannot be
+    read past that)."""
+    server = _Server(variant, contract)
     while True:
         try:
             message = connection.receive()

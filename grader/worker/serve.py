@@ -379,7 +379,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
         os._exit(0)
     del source, code
     connection.send({"ok": True})
-    serve_implementation(connection, module)
+    serve_implementation(connection, module, job.contract)
     os._exit(0)
 
 

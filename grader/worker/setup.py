@@ -99,7 +99,7 @@ def prepare_job(job: JobSettings) -> TestSession:
                      "grader.worker.standin", "grader.worker.impl"):
             importlib.import_module(name)
     sys.meta_path.append(TestHelpers(job.tests))
-    return TestSession(job.tests, job.conftests, seed=job.hash_seed)
+    return TestSession(job.tests, job.conftests, seed=job.hash_seed, contract=job.contract)
 
 
 def next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestSession:
@@ -112,7 +112,7 @@ def next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestSe
         sys.meta_path.remove(finder)
     sys.meta_path.append(TestHelpers(job.tests))
     import_named(job)
-    return TestSession(job.tests, job.conftests, seed=job.hash_seed)
+    return TestSession(job.tests, job.conftests, seed=job.hash_seed, contract=job.contract)
 
 
 def empty_folder(folder: str) -> None:

@@ -1,12 +1,14 @@
-"""``tinyllm.rnn.gru`` as a graded run's tests see it: a stand-in that computes nothing itself.
+"""The module under test as a graded run's tests see it: a stand-in that computes nothing itself.
 
 The variant under test lives in another process (:mod:`grader.worker.impl`), so no code,
-source, frame or traceback of it is ever in the test process: this module is the same in
-every run, and a test can tell variants apart only by what they compute. It offers exactly the
-contract's surface (``reference/tinyllm/rnn/gru.pyi``): ``gru_cell``, ``GRUCell`` and ``GRU``,
-with the constructors' ``rng``, parameters under torch's names as local ``Parameter``\\ s a test
-may read and change in place, ``forward``/``__call__``, ``train``/``eval`` and
-``state_dict``/``load_state_dict`` (the local ``Module``'s, the same code in every variant).
+source, frame or traceback of it is ever in the test process: the stand-in is the same in
+every run, and a test can tell variants apart only by what they compute. :func:`build` makes it
+from the module's contract (:class:`~grader.core.protocol.Contract`, read from the module's
+stub by :mod:`grader.core.contract`): exactly the functions and ``Module`` classes the stub
+declares, nothing written for one module. A class offers the constructor's ``rng``, parameters
+under the implementation's names as local ``Parameter``\\ s a test may read and change in place,
+``forward``/``__call__``, ``train``/``eval`` and ``state_dict``/``load_state_dict`` (the local
+``Module``'s, the same code in every variant).
 
 Each call sends its arguments, the module's current parameters, its training flag and its
 generators' states across the boundary (:mod:`grader.worker.boundary`, data only) and builds
@@ -19,17 +21,19 @@ name and message and are raised here as that builtin type.
 from __future__ import annotations
 
 import builtins
+import types
 from typing import Any
 
 import numpy as np
 
+from grader.core.protocol import Contract
 from grader.worker.boundary import Connection, describe, rng_state, set_rng_state
 from grader.worker.impl import ERROR_TYPES
 from tinyllm.autograd.tensor import Tensor
 from tinyllm.nn.module import Module, Parameter
 from tinyllm.random import PCG32
 
-__all__ = ["GRU", "GRUCell", "connect", "gru_cell"]
+__all__ = ["build", "connect"]
 
 
 class _Channel:
@@ -68,7 +72,7 @@ def connect(connection: Connection) -> None:
 
 def _request(header: dict[str, Any], arrays: list[np.ndarray]) -> Any:
     if not _channel:
-        raise RuntimeError("tinyllm.rnn.gru is not connected to an implementation")
+        raise RuntimeError("the module under test is not connected to an implementation")
     return _channel[0].request(header, arrays)
 
 
@@ -112,7 +116,7 @@ class _Call:
         node = None
         if graph is not None and self.parents and specs:
             data = np.concatenate([reply.array(s["a"]).reshape(-1) for s in specs])
-            node = Tensor(np.zeros(0))._child(data, self.parents, "gru")
+            node = Tensor(np.zeros(0))._child(data, self.parents, "implementation")
             node._backward = _backward(graph, self.parents)
         offsets: dict[int, int] = {}
         start = 0
@@ -161,13 +165,6 @@ def _backward(graph: int, parents: list[Tensor]) -> Any:
     return backward
 
 
-def gru_cell(*args: Any, **kwargs: Any) -> Tensor:
-    """h′ for x [B, D] and h [B, H] (Tensors or array-likes); w_ih [3H, D], w_hh [3H, H],
-    b_ih [3H], b_hh [3H], gate blocks stacked r, z, n."""
-    call = _Call()
-    return call.outputs(call.send({"op": "call", "fn": "gru_cell", **call.inputs(args, kwargs)}))
-
-
 class _Remote(Module):
     """A module whose constructor and forward pass run in the implementation process."""
 
@@ -207,20 +204,28 @@ class _Remote(Module):
         return call.outputs(call.send(header))
 
 
-class GRUCell(_Remote):
-    """Parameters weight_ih [3H, D], weight_hh [3H, H], bias_ih [3H], bias_hh [3H], in that
-    order (as the implementation under test registers them)."""
+def _function(name: str, module: str) -> Any:
+    """The stand-in for the contract's function ``name``: its arguments cross, its outputs
+    come back."""
 
-    _remote_class = "GRUCell"
+    def function(*args: Any, **kwargs: Any) -> Any:
+        call = _Call()
+        return call.outputs(call.send({"op": "call", "fn": name, **call.inputs(args, kwargs)}))
+
+    function.__name__ = function.__qualname__ = name
+    function.__module__ = module
+    return function
 
 
-class GRU(_Remote):
-    """Parameters weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} for each layer k
-    (as the implementation under test registers them)."""
-
-    _remote_class = "GRU"
-
-
-for _public in (GRUCell, GRU, gru_cell):
-    _public.__module__ = "tinyllm.rnn.gru"
-del _public
+def build(contract: Contract) -> types.ModuleType:
+    """The stand-in module for ``contract``: a function for each of its functions and a
+    :class:`Module` for each of its classes, under the contract's module name."""
+    module = types.ModuleType(contract.module, f"{contract.module}: served by the implementation under test")
+    module.__package__ = contract.module.rpartition(".")[0]
+    for name in contract.functions:
+        setattr(module, name, _function(name, contract.module))
+    for name in contract.classes:
+        setattr(module, name, type(name, (_Remote,), {"_remote_class": name, "__module__": contract.module,
+                                                     "__qualname__": name, "__doc__": None}))
+    module.__all__ = [*contract.functions, *contract.classes]
+    return module

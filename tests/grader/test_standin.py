@@ -20,6 +20,7 @@ import pytest
 
 from grader.flows.golden import load_implementation
 from grader.core.paths import default_layout
+from grader.core.contract import read_contract
 from grader.core.variants import build_variants
 from grader.worker import standin
 from grader.worker.boundary import BoundaryError, Connection
@@ -30,6 +31,8 @@ from tinyllm.random import PCG32
 
 LAYOUT = default_layout()
 VARIANTS = {v.id: v for v in build_variants(LAYOUT)}
+CONTRACT = read_contract(LAYOUT.contract_stub, LAYOUT.module_under_test)
+GRU = standin.build(CONTRACT)  # the module under test as a run's tests see it
 
 
 class Served:
@@ -41,7 +44,7 @@ class Served:
         served = load_implementation(source, LAYOUT.reference, f"standin_served_{variant_id}")
         ours, theirs = socket.socketpair()
         self.fd, self._theirs = ours.detach(), theirs.detach()
-        self.thread = threading.Thread(target=serve_implementation, args=(Connection(self._theirs), served), daemon=True)
+        self.thread = threading.Thread(target=serve_implementation, args=(Connection(self._theirs), served, CONTRACT), daemon=True)
         self.thread.start()
         self.connection = Connection(self.fd)
         standin.connect(self.connection)
@@ -84,7 +87,7 @@ def _cell_and_grads(gru_cell, arrays):
 
 
 def test_gru_cell_outputs_and_every_gradient_equal_the_variants_own(served):
-    out, grads = _cell_and_grads(standin.gru_cell, _inputs())
+    out, grads = _cell_and_grads(GRU.gru_cell, _inputs())
     want_out, want_grads = _cell_and_grads(served.direct.gru_cell, _inputs())
     np.testing.assert_array_equal(out, want_out)
     for got, want in zip(grads, want_grads):
@@ -116,7 +119,7 @@ def _sequence(module_cls, parameter_cls, training: bool, seed: int):
 
 @pytest.mark.parametrize("training", [True, False])
 def test_a_stacked_gru_with_dropout_and_lengths_matches_the_variant(served, training):
-    got = _sequence(standin.GRU, Parameter, training, seed=3)
+    got = _sequence(GRU.GRU, Parameter, training, seed=3)
     want = _sequence(served.direct.GRU, Parameter, training, seed=3)
     assert got["names"] == want["names"]
     assert got["attrs"] == want["attrs"] and got["rng"] == want["rng"] and got["all_parameters"]
@@ -128,7 +131,7 @@ def test_a_stacked_gru_with_dropout_and_lengths_matches_the_variant(served, trai
 
 
 def test_parameters_changed_in_place_or_loaded_as_float64_are_the_ones_used(reference):
-    cell = standin.GRUCell(2, 3, rng=PCG32(1))
+    cell = GRU.GRUCell(2, 3, rng=PCG32(1))
     mine = reference.direct.GRUCell(2, 3, rng=PCG32(1))
     x = np.ones((1, 2))
     cell.bias_hh.data[:] = 0.7
@@ -158,7 +161,7 @@ def test_errors_cross_as_the_same_type_and_message(served, call):
     with pytest.raises(Exception) as want:
         call(served.direct)
     with pytest.raises(Exception) as got:
-        call(standin)
+        call(GRU)
     assert type(got.value) is type(want.value)
     assert str(got.value) == str(want.value)
     assert got.value.__traceback__.tb_next is None or "impl" not in str(got.traceback[-1].path)
@@ -169,7 +172,7 @@ def test_s12s_cut_gradient_comes_through_and_differs_from_the_reference():
     for variant in ("reference", "s12"):
         pair = Served(variant)
         try:
-            grads[variant] = _cell_and_grads(standin.gru_cell, _inputs(1))[1][1]
+            grads[variant] = _cell_and_grads(GRU.gru_cell, _inputs(1))[1][1]
             np.testing.assert_array_equal(grads[variant], _cell_and_grads(pair.direct.gru_cell, _inputs(1))[1][1])
         finally:
             pair.close()
@@ -178,21 +181,21 @@ def test_s12s_cut_gradient_comes_through_and_differs_from_the_reference():
 
 def test_backward_twice_accumulates_and_an_old_graph_is_refused_clearly(reference):
     leaves = [Tensor(a, requires_grad=True) for a in _inputs(2)]
-    out = standin.gru_cell(*leaves)
+    out = GRU.gru_cell(*leaves)
     out.sum().backward()
     once = leaves[0].grad.copy()
     out.sum().backward()
     np.testing.assert_allclose(leaves[0].grad, 2 * once)
     for _ in range(70):  # more calls than the implementation keeps graphs for
-        standin.gru_cell(*leaves)
+        GRU.gru_cell(*leaves)
     with pytest.raises(RuntimeError, match="no longer held"):
         out.sum().backward()
 
 
 def test_outputs_hold_no_code_or_source_of_the_variant(reference):
-    out = standin.GRU(2, 3)(np.ones((2, 1, 2)))
+    out = GRU.GRU(2, 3)(np.ones((2, 1, 2)))
     assert {type(t).__module__ for t in out} == {"tinyllm.autograd.tensor"}
-    assert standin.GRU.__module__ == "tinyllm.rnn.gru"
+    assert GRU.GRU.__module__ == "tinyllm.rnn.gru"
 
 
 # ------------------------------------------------------------------------ the boundary
@@ -243,7 +246,7 @@ def test_the_implementation_answers_a_hostile_request_with_an_error_and_serves_o
     assert reply.header["ok"] is False and reply.header["type"] in ("RuntimeError", "TypeError", "ValueError")
     assert "Traceback" not in reply.header["message"] and "File " not in reply.header["message"]
     # ... and the next request is served as if nothing happened
-    out = standin.gru_cell(*[Tensor(a) for a in _inputs(4)])
+    out = GRU.gru_cell(*[Tensor(a) for a in _inputs(4)])
     assert out.shape == (2, 4)
 
 

@@ -1,0 +1,163 @@
+"""The stand-in and the implementation process take the module under test from its contract
+stub, nothing written for one module: the GRU's stub gives the GRU's surface, and the LSTM's
+(assignments/l3-2-lstm) is served through a stand-in built from its own stub, computing exactly
+what the LSTM computes in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader.core.contract import ContractError, read_contract
+from grader.core.paths import default_layout
+from grader.core.protocol import Contract
+from grader.flows.golden import load_implementation
+from grader.worker import standin
+from grader.worker.boundary import Connection
+from grader.worker.impl import serve_implementation
+from tinyllm.autograd.tensor import Tensor
+from tinyllm.nn.module import Parameter
+from tinyllm.random import PCG32
+
+LAYOUT = default_layout()
+LSTM_FOLDER = LAYOUT.root / "assignments" / "l3-2-lstm" / "reference" / "tinyllm" / "rnn"
+LSTM_CONTRACT = read_contract(LSTM_FOLDER / "lstm.pyi", "tinyllm.rnn.lstm")
+
+
+def test_each_stub_gives_its_modules_functions_and_module_classes():
+    gru = read_contract(LAYOUT.contract_stub, LAYOUT.module_under_test)
+    assert gru == Contract(module="tinyllm.rnn.gru", functions=("gru_cell",), classes=("GRUCell", "GRU"))
+    assert LSTM_CONTRACT == Contract(module="tinyllm.rnn.lstm", functions=("lstm_cell",), classes=("LSTMCell", "LSTM"))
+    built = standin.build(LSTM_CONTRACT)
+    assert built.__name__ == "tinyllm.rnn.lstm" and built.__all__ == ["lstm_cell", "LSTMCell", "LSTM"]
+    assert built.LSTM.__module__ == built.lstm_cell.__module__ == "tinyllm.rnn.lstm"
+    assert not hasattr(built, "GRU") and not hasattr(built, "FORGET_BIAS")  # a constant is not served
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("X: float\n", "declares no public function and no Module class"),
+    ("class Helper:\n    def forward(self): ...\n", "declares no public function and no Module class"),
+    ("def broken(:\n", "line 1: the contract stub is not valid Python"),
+])
+def test_a_stub_that_declares_nothing_to_serve_is_refused_naming_the_file(tmp_path, text, expected):
+    stub = tmp_path / "thing.pyi"
+    stub.write_text(text)
+    with pytest.raises(ContractError, match=expected) as refused:
+        read_contract(stub, "tinyllm.rnn.thing")
+    assert str(stub) in str(refused.value)
+
+
+def test_a_stubs_all_decides_what_is_public(tmp_path):
+    stub = tmp_path / "m.pyi"
+    stub.write_text('__all__ = ["Cell"]\nfrom tinyllm.nn.module import Module\n'
+                    "def cell(x): ...\nclass Cell(Module): ...\nclass Other(Module): ...\n")
+    assert read_contract(stub, "m") == Contract(module="m", functions=(), classes=("Cell",))
+
+
+class ServedLSTM:
+    """The LSTM reference served over a socket pair, a stand-in built from its stub connected
+    to it, and the same module loaded in-process to compare with."""
+
+    def __init__(self) -> None:
+        source = (LSTM_FOLDER / "lstm.py").read_text()
+        self.direct = load_implementation(source, LAYOUT.reference, "contract_direct_lstm")
+        served = load_implementation(source, LAYOUT.reference, "contract_served_lstm")
+        ours, theirs = socket.socketpair()
+        self.fd, self._theirs = ours.detach(), theirs.detach()
+        self.thread = threading.Thread(target=serve_implementation,
+                                       args=(Connection(self._theirs), served, LSTM_CONTRACT), daemon=True)
+        self.thread.start()
+        standin.connect(Connection(self.fd))
+        self.remote = standin.build(LSTM_CONTRACT)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.thread.join(timeout=5)
+        os.close(self._theirs)
+
+
+@pytest.fixture
+def lstm():
+    pair = ServedLSTM()
+    yield pair
+    pair.close()
+
+
+def _cell(module, arrays):
+    leaves = [Tensor(a, requires_grad=True) for a in arrays]
+    h, c = module.lstm_cell(*leaves)
+    ((h * h).sum() + (c * c * 0.5).sum()).backward()
+    return h.data, c.data, [leaf.grad for leaf in leaves]
+
+
+def test_lstm_cell_outputs_and_every_gradient_equal_the_lstms_own(lstm):
+    rng = np.random.default_rng(0)
+    batch, d_in, hidden = 2, 3, 4
+    arrays = [rng.normal(size=(batch, d_in)), rng.normal(size=(batch, hidden)), rng.normal(size=(batch, hidden)),
+              rng.normal(size=(4 * hidden, d_in)), rng.normal(size=(4 * hidden, hidden)),
+              rng.normal(size=4 * hidden), rng.normal(size=4 * hidden)]
+    want, got = _cell(lstm.direct, arrays), _cell(lstm.remote, arrays)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+    for g, w in zip(got[2], want[2]):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_stacked_lstm_with_dropout_and_lengths_matches_the_lstm(lstm, training):
+    def run(module):
+        layer = module.LSTM(3, 4, num_layers=2, dropout=0.3, rng=PCG32(5))
+        layer.train(training)
+        x = Tensor(np.random.default_rng(1).normal(size=(5, 3, 3)), requires_grad=True)
+        out, (h_n, c_n) = layer(x, lengths=[5, 2, 4])
+        (out.sum() + (h_n * c_n).sum()).backward()
+        params = {name: p.data.copy() for name, p in layer.named_parameters()}
+        return out.data, h_n.data, c_n.data, x.grad, params
+
+    want, got = run(lstm.direct), run(lstm.remote)
+    for w, g in zip(want[:4], got[:4]):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    assert list(got[4]) == list(want[4]) == [f"{kind}_l{k}" for k in range(2)
+                                               for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    assert isinstance(getattr(lstm.remote.LSTM(3, 4), "weight_ih_l0"), Parameter)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.LSTM(3, 0),
+    lambda m: m.LSTMCell(3, 4, rng="seed"),
+    lambda m: m.lstm_cell("text", np.zeros((2, 4)), np.zeros((2, 4)), np.zeros((16, 3)), np.zeros((16, 4)),
+                          np.zeros(16), np.zeros(16)),
+])
+def test_the_lstms_errors_cross_as_the_same_type_and_message(lstm, call):
+    with pytest.raises(Exception) as want:
+        call(lstm.direct)
+    with pytest.raises(Exception) as got:
+        call(lstm.remote)
+    assert (type(got.value), str(got.value)) == (type(want.value), str(want.value))
+
+
+def test_the_implementation_serves_nothing_its_contract_does_not_name(lstm):
+    """A stand-in asking the LSTM's implementation for the GRU's function is refused: the
+    contract, not the variant's module, says what may be called."""
+    foreign = standin.build(Contract(module="tinyllm.rnn.gru", functions=("gru_cell",), classes=("GRU",)))
+    with pytest.raises(Exception, match=r"a call must name one of \['lstm_cell'\], got 'gru_cell'"):
+        foreign.gru_cell(np.zeros((1, 1)))
+    with pytest.raises(Exception, match=r"a module's class must be one of \['LSTMCell', 'LSTM'\], got 'GRU'"):
+        foreign.GRU(3, 4)
+    h, c = lstm.remote.lstm_cell(*[np.zeros(s) for s in ((1, 2), (1, 3), (1, 3), (12, 2), (12, 3), (12,), (12,))])
+    assert h.data.shape == c.data.shape == (1, 3)  # and it serves on
+
+
+def test_no_worker_module_names_a_module_of_the_course():
+    """The stand-in, the implementation process and the test process's set-up name no module
+    of the course: what they serve comes from the contract."""
+    worker = Path(__file__).resolve().parents[2] / "grader" / "worker"
+    for name in ("standin.py", "impl.py"):
+        text = (worker / name).read_text().lower()
+        assert "gru" not in text and "lstm" not in text, name
