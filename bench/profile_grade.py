@@ -42,6 +42,7 @@ from grader.core.models import Purpose  # noqa: E402
 from grader.report import RENDERERS, render  # noqa: E402
 from grader.run.scheduler import run_matrix  # noqa: E402
 from grader.core.variants import build_variants  # noqa: E402
+from grader.core.contract import read_contract  # noqa: E402
 from grader.core.protocol import JobSettings  # noqa: E402
 from grader.run.runner import RunLimits, job_settings  # noqa: E402
 
@@ -80,7 +81,8 @@ def _job(tests: str) -> JobSettings:
     """A worker's job for ``tests`` on the reference, under the assignment's limits."""
     layout = default_layout()
     limits = RunLimits.of(load_assignment(layout.assignment), jobs=1)  # one child at a time, as measured
-    return job_settings(limits, reference=str(layout.package_dir), tests=tests, hash_seed=1)
+    return job_settings(limits, reference=str(layout.package_dir), tests=tests, hash_seed=1,
+                        contract=read_contract(layout.contract_stub, layout.module_under_test))
 
 
 def worker_setup_profile() -> tuple[float, str]:
@@ -121,7 +123,7 @@ layout = default_layout()
 job = JobSettings.from_message(json.loads(sys.argv[3]))
 session = worker.prepare_job(job)
 source = layout.gru_source.read_text()
-code = variant_code(source) or b""
+code = variant_code(source, job.contract.filename) or b""
 gc.freeze()
 gc.enable()
 
@@ -134,7 +136,7 @@ def child(empty):
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
             clock.append(time.perf_counter())
 
-        install_variant(source, code)
+        install_variant(source, code, job.contract)
         mark()
         reporter = session.reporter
         # /dev/zero takes the events and answers every wait for the go-ahead at once.

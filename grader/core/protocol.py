@@ -23,7 +23,6 @@ from typing import Any
 
 __all__ = [
     "EVENT_KINDS",
-    "VARIANT_FILENAME",
     "Budget",
     "Contract",
     "ForkReply",
@@ -42,8 +41,6 @@ __all__ = [
 ]
 
 _LENGTH = struct.Struct(">I")
-# The one file name every variant is compiled under: a run cannot tell which one it has.
-VARIANT_FILENAME = "tinyllm/rnn/gru.py"
 _FRAME_CAP = 16 * 1024 * 1024  # a header is small; anything larger is a broken stream
 
 
@@ -104,6 +101,12 @@ class Contract:
     module: str = ""
     functions: tuple[str, ...] = ()
     classes: tuple[str, ...] = ()
+
+    @property
+    def filename(self) -> str:
+        """The one file name every variant of the module is compiled under (its path in the
+        package): a run cannot tell which variant it has."""
+        return self.module.replace(".", "/") + ".py"
 
     @classmethod
     def from_message(cls, data: dict[str, Any] | None) -> Contract:

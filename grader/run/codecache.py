@@ -1,8 +1,8 @@
 """Variants compiled once per machine: the code objects the grader sends with each run's source.
 
 A run's child used to compile its variant's source itself, a few milliseconds seventeen times a
-grading. The grader now compiles each variant once, under :data:`~grader.core.protocol.VARIANT_FILENAME`
-and with asserts kept (as the child would), and keeps the marshalled code in the grading user's
+grading. The grader now compiles each variant once, under its module's file name
+(:attr:`~grader.core.protocol.Contract.filename`) and with asserts kept (as the child would), and keeps the marshalled code in the grading user's
 cache folder (``$XDG_CACHE_HOME/mutagrade/variants``, else ``~/.cache/...``), closed to every
 other user: sandbox users never read it. Each entry holds the SHA-256 of its code, so a damaged
 entry is compiled again; entries are keyed by the interpreter's bytecode magic number and the
@@ -20,8 +20,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from grader.core.protocol import VARIANT_FILENAME
-
 __all__ = ["MAX_ENTRIES", "cache_dir", "variant_code"]
 
 MAX_ENTRIES = 256  # past this, the oldest half of the entries is removed
@@ -35,10 +33,11 @@ def cache_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=64)
-def variant_code(source: str) -> bytes | None:
-    """``source`` compiled as a variant and marshalled, from the cache or compiled now (and
-    kept); None if it does not compile (the run's child then reports the error itself)."""
-    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + VARIANT_FILENAME.encode() + b"\0" + source.encode()).hexdigest()
+def variant_code(source: str, filename: str) -> bytes | None:
+    """``source`` compiled as a variant under ``filename`` and marshalled, from the cache or
+    compiled now (and kept); None if it does not compile (the run's child then reports the
+    error itself)."""
+    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + filename.encode() + b"\0" + source.encode()).hexdigest()
     folder = cache_dir()
     entry = folder / f"{key}.code"
     try:
@@ -47,16 +46,16 @@ def variant_code(source: str) -> bytes | None:
         stored = b""
     if len(stored) > _DIGEST and hashlib.sha256(stored[_DIGEST:]).digest() == stored[:_DIGEST]:
         return stored[_DIGEST:]
-    code = _compile(source)
+    code = _compile(source, filename)
     if code is not None:
         _keep(folder, entry, hashlib.sha256(code).digest() + code)
     return code
 
 
-def _compile(source: str) -> bytes | None:
+def _compile(source: str, filename: str) -> bytes | None:
     try:
         # optimize=0: asserts and __debug__ as in the child, which runs without -O.
-        return marshal.dumps(compile(source, VARIANT_FILENAME, "exec", dont_inherit=True, optimize=0))
+        return marshal.dumps(compile(source, filename, "exec", dont_inherit=True, optimize=0))
     except (SyntaxError, ValueError):
         return None
 

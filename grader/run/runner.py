@@ -249,6 +249,7 @@ class WorkerProcess:
         started: SandboxedWorker | None = None,
     ) -> None:
         self.layout = layout
+        self.contract = read_contract(layout.contract_stub, layout.module_under_test)
         # Grading our variants, or running a student's own package: the implementation in a
         # process of its own, the tests beside a stand-in (no reference gru.py in sight either way).
         hide_source = hide_source or layout.implementation is not None
@@ -290,7 +291,7 @@ class WorkerProcess:
             isolate=self.isolate, private_tmp=self.sandbox.workdir is not None,
             sandbox=self.sandbox.settings(budget=worker_cpu),
             implementation=str(self.layout.implementation) if self.layout.implementation is not None else None,
-            contract=read_contract(self.layout.contract_stub, self.layout.module_under_test),
+            contract=self.contract,
         )
 
     # ------------------------------------------------------------------ sending
@@ -317,7 +318,7 @@ class WorkerProcess:
         """Send one run: its frame names it by a number only, and its source follows for the
         run's child to read, then its code compiled ahead (:mod:`grader.run.codecache`)."""
         source = run.source.encode("utf-8")
-        code = variant_code(run.source) or b""
+        code = variant_code(run.source, self.contract.filename) or b""
         with self._lock:
             if self._finished:
                 raise RuntimeError("the worker was told no more runs would come")

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from grader.core.protocol import VARIANT_FILENAME, Contract, Outcome, RunEvent, TestResult, WorkerSandbox
+from grader.core.protocol import Contract, Outcome, RunEvent, TestResult, WorkerSandbox
 from grader.worker import chance
 
 __all__ = ["TestSession", "TestTimeout", "install_variant", "only_own_descriptors", "refuse_string_conditions", "short_message"]
@@ -191,6 +191,7 @@ class TestSession:
 
         self.seed = seed  # every source of chance in a run draws under it (grader.worker.chance)
         # The module under test as every run's tests see it, made here, before any run forks.
+        self.contract = contract
         self.stand_in = standin.build(contract)
         self.reporter = Reporter()
         args = [
@@ -252,7 +253,7 @@ class TestSession:
             # One job can hold several suites (a journal's snapshots): run just this one.
             reporter.prefix = tests.strip("/") + "/"
             self.config.args = [str(Path(self.config.rootpath) / tests)]
-        problem = _connect(boundary, isolate, self.stand_in)
+        problem = _connect(boundary, isolate, self.stand_in, self.contract)
         if problem:
             reporter.send(RunEvent("collect_error", text=problem[:MESSAGE_CAP]))
             reporter.send(RunEvent("done"))
@@ -285,7 +286,7 @@ def _install(module: types.ModuleType) -> None:
         setattr(importlib.import_module(parent), leaf, module)
 
 
-def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType) -> str:
+def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType, contract: Contract) -> str:
     """Make the module under test the run's implementation: ``stand_in`` connected to the
     implementation process (``isolate``: every variant, every student's package), or (a
     trusted run of the project's own) the source that process sends. Returns why it could
@@ -300,7 +301,7 @@ def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType) -> str:
     if hello is None:
         return "the implementation process ended before it answered"
     if hello.header.get("ok") is not True:
-        return (f"{VARIANT_FILENAME}: the implementation does not import: "
+        return (f"{contract.filename}: the implementation does not import: "
                 f"{hello.header.get('type', 'Error')}: {hello.header.get('message', '')}")
     if isolate:
         from grader.worker import standin
@@ -311,38 +312,37 @@ def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType) -> str:
     try:
         source = bytes(hello.array(0)).decode("utf-8", errors="replace")
         code = bytes(hello.array(1)) if len(hello.arrays) > 1 else b""
-        install_variant(source, code)
+        install_variant(source, code, contract)
     except BaseException as exc:  # noqa: BLE001 - a broken implementation is a result, not a crash
-        return f"{VARIANT_FILENAME}: the implementation does not import: {short_message(exc)}"
+        return f"{contract.filename}: the implementation does not import: {short_message(exc)}"
     finally:
         os.close(boundary)
     return ""
 
 
-def install_variant(source: str, code: bytes = b"") -> types.ModuleType:
-    """Make ``source`` the module ``tinyllm.rnn.gru``, compiled under :data:`VARIANT_FILENAME`
-    (``code``: the same, compiled ahead by the grader and marshalled)."""
-    import tinyllm.rnn
-
-    module = types.ModuleType("tinyllm.rnn.gru")
-    module.__file__ = VARIANT_FILENAME
-    module.__package__ = "tinyllm.rnn"
+def install_variant(source: str, code: bytes, contract: Contract) -> types.ModuleType:
+    """Make ``source`` the module under test (``contract.module``), compiled under its file
+    name (``code``: the same, compiled ahead by the grader and marshalled)."""
+    filename = contract.filename
+    module = types.ModuleType(contract.module)
+    module.__file__ = filename
+    module.__package__ = contract.module.rpartition(".")[0]
     # Tracebacks read source through linecache: give it the implementation's text.
-    linecache.cache[VARIANT_FILENAME] = (len(source), None, source.splitlines(True), VARIANT_FILENAME)
-    compiled = _loaded(code) or compile(source, VARIANT_FILENAME, "exec", dont_inherit=True)
-    sys.modules["tinyllm.rnn.gru"] = module
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    compiled = _loaded(code, filename) or compile(source, filename, "exec", dont_inherit=True)
+    sys.modules[contract.module] = module
     exec(compiled, module.__dict__)
-    tinyllm.rnn.gru = module  # type: ignore[attr-defined]
+    _install(module)
     return module
 
 
-def _loaded(code: bytes) -> types.CodeType | None:
+def _loaded(code: bytes, filename: str) -> types.CodeType | None:
     """The code the grader compiled ahead, if it is a variant's module code."""
     try:
         loaded = marshal.loads(code) if code else None
     except (EOFError, ValueError, TypeError):
         return None
-    return loaded if isinstance(loaded, types.CodeType) and loaded.co_filename == VARIANT_FILENAME else None
+    return loaded if isinstance(loaded, types.CodeType) and loaded.co_filename == filename else None
 
 
 def only_own_descriptors(keep: tuple[int, ...], tmp: str, settings: WorkerSandbox) -> None:

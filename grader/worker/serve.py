@@ -371,7 +371,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     try:
         if job.implementation is not None:
             use_package(job.reference, job.implementation)
-        module = install_variant(source.decode("utf-8", errors="replace"), code)
+        module = install_variant(source.decode("utf-8", errors="replace"), code, job.contract)
         for name in SERVED_FROM:  # a package without one fails here, in a word, not at each request
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - a broken variant is a result, sent as data

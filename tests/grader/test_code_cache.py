@@ -18,10 +18,13 @@ from grader.core.assignment import load_assignment
 from grader.flows.grading import grade_suite
 from grader.core.paths import default_layout
 from grader.core.variants import build_variants
-from grader.core.protocol import VARIANT_FILENAME
+from grader.core.contract import read_contract
 
 LAYOUT = default_layout()
 EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+# The file name the GRU's variants are compiled under (its contract's module, as a path).
+FILENAME = read_contract(LAYOUT.contract_stub, LAYOUT.module_under_test).filename
+
 SOURCE = '''
 """A variant."""
 LIMIT = 3
@@ -48,9 +51,9 @@ def _run(code: bytes) -> dict:
 
 
 def test_the_code_is_the_source_compiled_under_the_variant_file_name(cache_home):
-    code = codecache.variant_code(SOURCE)
+    code = codecache.variant_code(SOURCE, FILENAME)
     loaded = marshal.loads(code)
-    assert loaded.co_filename == VARIANT_FILENAME
+    assert loaded.co_filename == FILENAME
     namespace = _run(code)
     assert namespace["clip"](7) == 3
     with pytest.raises(AssertionError, match="no negatives"):  # asserts kept, whatever -O says
@@ -58,7 +61,7 @@ def test_the_code_is_the_source_compiled_under_the_variant_file_name(cache_home)
 
 
 def test_the_cache_is_the_users_own_and_is_read_back(cache_home, monkeypatch):
-    first = codecache.variant_code(SOURCE)
+    first = codecache.variant_code(SOURCE, FILENAME)
     [entry] = list(cache_home.iterdir())
     assert stat.S_IMODE(cache_home.stat().st_mode) == 0o700
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600
@@ -68,21 +71,21 @@ def test_the_cache_is_the_users_own_and_is_read_back(cache_home, monkeypatch):
         raise AssertionError("compiled again instead of reading the cache")
 
     monkeypatch.setattr(codecache, "_compile", no_compiling)
-    assert codecache.variant_code(SOURCE) == first
+    assert codecache.variant_code(SOURCE, FILENAME) == first
 
 
 def test_a_damaged_entry_is_compiled_again(cache_home):
-    good = codecache.variant_code(SOURCE)
+    good = codecache.variant_code(SOURCE, FILENAME)
     [entry] = list(cache_home.iterdir())
     for damage in (b"", entry.read_bytes()[:-5], entry.read_bytes()[:40] + b"x" * 50):
         entry.write_bytes(damage)
         codecache.variant_code.cache_clear()
-        assert codecache.variant_code(SOURCE) == good
+        assert codecache.variant_code(SOURCE, FILENAME) == good
         assert entry.read_bytes() != damage  # and put right
 
 
 def test_a_source_that_does_not_compile_has_no_code(cache_home):
-    assert codecache.variant_code("def broken(:\n") is None
+    assert codecache.variant_code("def broken(:\n", FILENAME) is None
     assert not cache_home.exists() or not list(cache_home.iterdir())
 
 
@@ -92,7 +95,7 @@ def test_an_unwritable_cache_still_gives_the_code(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     codecache.variant_code.cache_clear()
     try:
-        assert _run(codecache.variant_code(SOURCE))["clip"](1) == 1
+        assert _run(codecache.variant_code(SOURCE, FILENAME))["clip"](1) == 1
     finally:
         codecache.variant_code.cache_clear()
 
@@ -100,7 +103,7 @@ def test_an_unwritable_cache_still_gives_the_code(tmp_path, monkeypatch):
 def test_the_cache_keeps_a_bounded_number_of_entries(cache_home, monkeypatch):
     monkeypatch.setattr(codecache, "MAX_ENTRIES", 8)
     for n in range(20):
-        codecache.variant_code(SOURCE + f"\nN = {n}\n")
+        codecache.variant_code(SOURCE + f"\nN = {n}\n", FILENAME)
     assert 0 < len(list(cache_home.iterdir())) <= 8
 
 

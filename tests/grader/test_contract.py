@@ -161,3 +161,33 @@ def test_no_worker_module_names_a_module_of_the_course():
     for name in ("standin.py", "impl.py"):
         text = (worker / name).read_text().lower()
         assert "gru" not in text and "lstm" not in text, name
+
+
+def test_a_variant_is_installed_under_its_contracts_module_and_file_name(monkeypatch, tmp_path):
+    """The code compiled ahead (grader.run.codecache) and the module a run installs both take
+    the file name from the contract: an LSTM variant is tinyllm/rnn/lstm.py, never gru.py."""
+    import sys
+
+    import tinyllm.rnn
+
+    from grader.run import codecache
+    from grader.worker.child import install_variant
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tinyllm.rnn.lstm", raising=False)
+    monkeypatch.delattr(tinyllm.rnn, "lstm", raising=False)
+    source = (LSTM_FOLDER / "lstm.py").read_text()
+    codecache.variant_code.cache_clear()
+    code = codecache.variant_code(source, LSTM_CONTRACT.filename)
+    codecache.variant_code.cache_clear()
+    assert LSTM_CONTRACT.filename == "tinyllm/rnn/lstm.py"
+    try:
+        module = install_variant(source, code, LSTM_CONTRACT)
+        assert sys.modules["tinyllm.rnn.lstm"] is module is tinyllm.rnn.lstm
+        assert module.__file__ == "tinyllm/rnn/lstm.py" and module.lstm_cell.__code__.co_filename == "tinyllm/rnn/lstm.py"
+        h, c = module.lstm_cell(*[np.zeros(s) for s in ((1, 2), (1, 3), (1, 3), (12, 2), (12, 3), (12,), (12,))])
+        assert h.data.shape == (1, 3)
+    finally:
+        sys.modules.pop("tinyllm.rnn.lstm", None)
+        if hasattr(tinyllm.rnn, "lstm"):
+            delattr(tinyllm.rnn, "lstm")
