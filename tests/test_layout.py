@@ -143,3 +143,11 @@ def test_each_part_of_the_service_reaches_only_what_it_serves_with(part: str) ->
             if _within(name, "grader") and not any(_within(name, ok) for ok in grader_ok):
                 broken.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not broken, "\n".join(broken)
+
+
+def test_no_worker_module_names_a_module_of_the_course() -> None:
+    """The worker (the stand-in, the implementation process, the test process's set-up) serves
+    whatever module its job's contract names: none of it names a module of the course."""
+    named = [f"{path.relative_to(ROOT)}: {word}" for path in sorted((ROOT / "grader" / "worker").glob("*.py"))
+             for word in ("gru", "lstm") if word in path.read_text(encoding="utf-8").lower()]
+    assert not named, named

@@ -5,7 +5,7 @@
 - :mod:`~grader.worker.child`: a run's test process (pytest, its report);
 - :mod:`~grader.worker.watch`: a run's limits, enforced from outside, and its judgement;
 - :mod:`~grader.worker.impl`: a run's implementation process;
-- :mod:`~grader.worker.standin`: ``tinyllm.rnn.gru`` as the tests see it;
+- :mod:`~grader.worker.standin`: the module under test as the tests see it, made from its contract;
 - :mod:`~grader.worker.boundary`: the data-only messages between the last two.
 """
 

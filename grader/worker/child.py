@@ -8,7 +8,7 @@ outside: it interrupts a test past its time with SIGALRM (raised here as ``_Test
 kills the process at a mutant's first kill, and stops it when the grading budget is spent.
 
 The implementation under test is the run's implementation process, reached through the
-stand-in ``tinyllm.rnn.gru`` (:mod:`grader.worker.standin`), whether it holds a variant of the
+stand-in for the module under test (:mod:`grader.worker.standin`), whether it holds a variant of the
 reference or a student's own package (``tdd``, ``check``, the journal's replay): this process
 holds the course's framework and the stand-in, never a line of what it judges. Only the
 project's own trusted runs that are not isolated (the reference, run as it is) install the

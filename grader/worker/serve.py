@@ -12,7 +12,7 @@ most ``jobs`` at a time). Each run has two processes:
   run's frame on stdin (the worker never holds it), locks itself down and answers the test
   process's requests with data (:mod:`grader.worker.impl`);
 - the test process, forked by the zygote: it runs pytest over the submitted tests against the
-  stand-in ``tinyllm.rnn.gru`` (:mod:`grader.worker.standin`), which reaches the
+  stand-in for the module under test (:mod:`grader.worker.standin`), which reaches the
   implementation through a socket that carries data only (:mod:`grader.worker.boundary`).
 
 So no test shares a process with any variant, and every test process looks alike from inside.
@@ -343,7 +343,7 @@ class _Worker:
 def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tmp: str,
                     hardening: ChildHardening, stdin: int) -> None:
     """In the run's implementation process: take the source from stdin, lock down, install it
-    as ``tinyllm.rnn.gru`` (in a student's own package, when the job names one) and serve the
+    as the module under test (in a student's own package, when the job names one) and serve the
     test process (or, for the project's own trusted runs that are not isolated, hand it the
     source as data)."""
     from grader.worker.child import only_own_descriptors, install_variant

@@ -146,8 +146,9 @@ SERVED_FROM = ("tinyllm.autograd.tensor", "tinyllm.autograd.functional", "tinyll
 def use_package(reference: str, folder: str) -> None:
     """Make ``folder``'s ``tinyllm`` the only one this process imports from now on: every
     ``tinyllm`` module the worker imported (the course's framework, which the test processes
-    keep) is forgotten, and the finder looks in ``folder`` alone. A student's gru.py then runs
-    on their own Tensor, Module and PCG32, here, and nowhere near the tests that judge it."""
+    keep) is forgotten, and the finder looks in ``folder`` alone. A student's module under test
+    then runs on their own Tensor, Module and PCG32, here, and nowhere near the tests that judge
+    it."""
     for name in [n for n in sys.modules if n == "tinyllm" or n.startswith("tinyllm.")]:
         del sys.modules[name]
     sys.meta_path[:] = [OnlyUnder(folder) if isinstance(f, OnlyUnder) else f for f in sys.meta_path]
