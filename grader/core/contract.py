@@ -30,7 +30,8 @@ def _is_module_class(node: ast.ClassDef) -> bool:
 
 def read_contract(stub: Path, module: str) -> Contract:
     """The contract ``stub`` declares for the module named ``module`` (its dotted name): its
-    public functions and its public ``Module`` classes, in the stub's order (``__all__``, where
+    public functions, its public ``Module`` classes and its public constants (``NAME: type``),
+    in the stub's order (``__all__``, where
     the stub has one, decides what is public).
 
     Raises:
@@ -48,10 +49,12 @@ def read_contract(stub: Path, module: str) -> Contract:
     functions = tuple(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and public(n.name))
     classes = tuple(n.name for n in tree.body
                     if isinstance(n, ast.ClassDef) and public(n.name) and _is_module_class(n))
+    constants = tuple(n.target.id for n in tree.body
+                      if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and public(n.target.id))
     if not functions and not classes:
         raise ContractError(f"{stub}: the contract stub declares no public function and no Module class: "
                             f"expected at least one `def name(...)` or `class Name(Module)` at its top level")
-    return Contract(module=module, functions=functions, classes=classes)
+    return Contract(module=module, functions=functions, classes=classes, constants=constants)
 
 
 def _all(tree: ast.Module) -> set[str] | None:

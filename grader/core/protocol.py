@@ -101,6 +101,7 @@ class Contract:
     module: str = ""
     functions: tuple[str, ...] = ()
     classes: tuple[str, ...] = ()
+    constants: tuple[str, ...] = ()  # annotated names (``NAME: float``): plain values, read once a run
 
     @property
     def filename(self) -> str:
@@ -112,7 +113,7 @@ class Contract:
     def from_message(cls, data: dict[str, Any] | None) -> Contract:
         data = data or {}
         return cls(module=str(data.get("module", "")), functions=tuple(data.get("functions", ())),
-                   classes=tuple(data.get("classes", ())))
+                   classes=tuple(data.get("classes", ())), constants=tuple(data.get("constants", ())))
 
 
 @dataclass(frozen=True)

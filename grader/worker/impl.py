@@ -41,7 +41,7 @@ from grader.worker.boundary import (
     set_rng_state,
 )
 
-__all__ = ["ERROR_TYPES", "error_message", "serve_implementation"]
+__all__ = ["ERROR_TYPES", "constant_values", "error_message", "serve_implementation"]
 
 # Exceptions cross as one of these builtin types (the first in the raised type's MRO), with
 # the message as text; anything else crosses as RuntimeError.
@@ -248,6 +248,18 @@ def error_message(exc: BaseException) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a message that cannot be made is an empty one
             text = ""
     return {"ok": False, "type": name, "message": text[:_MESSAGE_CAP]}
+
+
+def constant_values(variant: types.ModuleType, contract: Contract) -> dict[str, Any]:
+    """The contract's constants as ``variant`` defines them, where each is a plain value (a
+    bool, int, float or short str): data a run's stand-in takes as it is. One the variant
+    lacks, or holds as anything else, is left out (the stand-in then lacks it too)."""
+    values: dict[str, Any] = {}
+    for name in contract.constants:
+        value = getattr(variant, name, None)
+        if type(value) in (bool, int, float) or (type(value) is str and len(value) <= _MESSAGE_CAP):
+            values[name] = value
+    return values
 
 
 def serve_implementation(connection: Connection, variant: types.ModuleType, contract: Contract) -> None:

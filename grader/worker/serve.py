@@ -347,7 +347,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     test process (or, for the project's own trusted runs that are not isolated, hand it the
     source as data)."""
     from grader.worker.child import only_own_descriptors, install_variant
-    from grader.worker.impl import error_message, serve_implementation
+    from grader.worker.impl import constant_values, error_message, serve_implementation
 
     from grader.sandbox.harden import prctl
 
@@ -378,7 +378,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
         connection.send(error_message(exc))
         os._exit(0)
     del source, code
-    connection.send({"ok": True})
+    connection.send({"ok": True, "constants": constant_values(module, job.contract)})
     serve_implementation(connection, module, job.contract)
     os._exit(0)
 

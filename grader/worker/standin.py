@@ -33,7 +33,7 @@ from tinyllm.autograd.tensor import Tensor
 from tinyllm.nn.module import Module, Parameter
 from tinyllm.random import PCG32
 
-__all__ = ["build", "connect"]
+__all__ = ["build", "connect", "connection_constants", "take_constants"]
 
 
 class _Channel:
@@ -215,6 +215,21 @@ def _function(name: str, module: str) -> Any:
     function.__name__ = function.__qualname__ = name
     function.__module__ = module
     return function
+
+
+def connection_constants(header: dict[str, Any]) -> dict[str, Any]:
+    """The constants an implementation process sent with its first answer (nothing else)."""
+    constants = header.get("constants")
+    return constants if isinstance(constants, dict) else {}
+
+
+def take_constants(module: types.ModuleType, values: dict[str, Any], contract: Contract) -> None:
+    """Set on the stand-in ``module`` each of the contract's constants the implementation sent
+    as a plain value; any other name or value is ignored."""
+    for name in contract.constants:
+        value = values.get(name)
+        if type(value) in (bool, int, float, str):
+            setattr(module, name, value)
 
 
 def build(contract: Contract) -> types.ModuleType:

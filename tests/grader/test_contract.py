@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from grader.core.protocol import Contract
 from grader.flows.golden import load_implementation
 from grader.worker import standin
 from grader.worker.boundary import Connection
-from grader.worker.impl import serve_implementation
+from grader.worker.impl import constant_values, serve_implementation
 from tinyllm.autograd.tensor import Tensor
 from tinyllm.nn.module import Parameter
 from tinyllm.random import PCG32
@@ -32,11 +33,28 @@ LSTM_CONTRACT = read_contract(LSTM_FOLDER / "lstm.pyi", "tinyllm.rnn.lstm")
 def test_each_stub_gives_its_modules_functions_and_module_classes():
     gru = read_contract(LAYOUT.contract_stub, LAYOUT.module_under_test)
     assert gru == Contract(module="tinyllm.rnn.gru", functions=("gru_cell",), classes=("GRUCell", "GRU"))
-    assert LSTM_CONTRACT == Contract(module="tinyllm.rnn.lstm", functions=("lstm_cell",), classes=("LSTMCell", "LSTM"))
+    assert LSTM_CONTRACT == Contract(module="tinyllm.rnn.lstm", functions=("lstm_cell",), classes=("LSTMCell", "LSTM"),
+                                     constants=("FORGET_BIAS",))
     built = standin.build(LSTM_CONTRACT)
     assert built.__name__ == "tinyllm.rnn.lstm" and built.__all__ == ["lstm_cell", "LSTMCell", "LSTM"]
     assert built.LSTM.__module__ == built.lstm_cell.__module__ == "tinyllm.rnn.lstm"
-    assert not hasattr(built, "GRU") and not hasattr(built, "FORGET_BIAS")  # a constant is not served
+    assert not hasattr(built, "GRU") and not hasattr(built, "FORGET_BIAS")  # a constant comes with a run
+
+
+def test_a_contracts_constants_cross_as_plain_values_and_nothing_else():
+    """The implementation process sends the contract's constants as the variant defines them,
+    plain values only; the stand-in takes those the contract names, and nothing else."""
+    variant = types.SimpleNamespace(FORGET_BIAS=0.0, lstm_cell=print)
+    assert constant_values(variant, LSTM_CONTRACT) == {"FORGET_BIAS": 0.0}  # a mutant's value, as it is
+    assert constant_values(types.SimpleNamespace(FORGET_BIAS=object()), LSTM_CONTRACT) == {}
+    assert constant_values(types.SimpleNamespace(), LSTM_CONTRACT) == {}
+    built = standin.build(LSTM_CONTRACT)
+    standin.take_constants(built, {"FORGET_BIAS": 1.0, "lstm_cell": 3, "OTHER": 2}, LSTM_CONTRACT)
+    assert built.FORGET_BIAS == 1.0 and callable(built.lstm_cell) and not hasattr(built, "OTHER")
+    fresh = standin.build(LSTM_CONTRACT)
+    standin.take_constants(fresh, standin.connection_constants({"constants": {"FORGET_BIAS": [1.0]}}), LSTM_CONTRACT)
+    assert not hasattr(fresh, "FORGET_BIAS")  # a list is not a plain value
+    assert standin.connection_constants({"constants": "FORGET_BIAS=1"}) == {}
 
 
 @pytest.mark.parametrize("text, expected", [
