@@ -51,6 +51,11 @@ def read_contract(stub: Path, module: str) -> Contract:
                     if isinstance(n, ast.ClassDef) and public(n.name) and _is_module_class(n))
     constants = tuple(n.target.id for n in tree.body
                       if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and public(n.target.id))
+    names = [*functions, *classes, *constants]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ContractError(f"{stub}: the contract stub declares {', '.join(twice)} more than once "
+                            f"(as a function, a class or a constant): expected each name once")
     if not functions and not classes:
         raise ContractError(f"{stub}: the contract stub declares no public function and no Module class: "
                             f"expected at least one `def name(...)` or `class Name(Module)` at its top level")

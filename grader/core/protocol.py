@@ -96,7 +96,7 @@ class Contract:
     """The module under test as its contract stub declares it (:mod:`grader.core.contract`
     reads it): its dotted name, its public functions and its ``Module`` classes. The test
     process's stand-in offers exactly these, and the implementation process serves exactly
-    these; nothing else crosses the boundary."""
+    these, and the constants' plain values; nothing else crosses the boundary."""
 
     module: str = ""
     functions: tuple[str, ...] = ()

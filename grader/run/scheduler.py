@@ -1,15 +1,16 @@
 """A grading's runs: the staged protocol over two workers, and the pool that keeps them warm.
 
 :func:`run_matrix` grades in stages, so that a broken or hostile suite costs little. First the
-reference (twice, under two hash seeds, one run in each worker) and the wheats (each with every
-test, under a seed of its own: half the wheats under each), each worker's runs in a random
-order, so that no kind of variant always comes first on a worker. As soon as the first
-reference run is in, the mutants, in a random order, counting only the tests that passed it,
-each under a time limit derived from the test's time on the reference, and each mutant's run
-stopping at its first kill (unless the full matrix is asked for). A wheat's run is weighed once
-both reference runs are in: a test that took longer on it than its limit from the reference
-ran past it. A test that could tell how far the grading has gone (by the clock, say) learns
-nothing from it. A test a wheat fails is run on it again under the other seed: a failure that
+reference (twice, under two hash seeds, one run in each worker), one worker's first run being,
+by chance, one of its wheats instead (with every test, the reference run beside it), so that no
+kind of variant always comes first on a worker. As soon as the first reference run is in, the
+other wheats (each under a seed of its own: the wheats take the two seeds in turn) and the
+mutants, in a random order, counting only the tests that passed it, each under a time limit
+derived from the test's time on the reference, and each mutant's run stopping at its first
+kill (unless the full matrix is asked for). A wheat's run is weighed once both reference runs
+are in: a test that took longer on it than its limit from the reference (by the worker's
+clock) ran past it. A test that could tell how far the grading has gone (by the clock, say)
+learns nothing from it: a wheat is as likely as a mutant to come late. A test a wheat fails is run on it again under the other seed: a failure that
 does not hold there is chance's (the test is flaky), not the wheat's. The mutants' results are
 weighed once both reference runs and every wheat are in: a mutant whose run stopped at a test
 that turned out not to be valid carries on with the valid tests it had not reached (at most
@@ -309,7 +310,7 @@ class _MatrixRun:
         recheck = self.chance.randrange(RECHECK_EVERY) == 0 or self.late == 2
         reference = next(v for v in self.variants.values() if v.kind is VariantKind.REFERENCE)
         again = WorkerRun(variant=reference.id, source=reference.source, purpose=Purpose.RECHECK,
-                          time_limits=self.time_limits, select=run.select, seed=run.seed)
+                          time_limits=run.time_limits, select=run.select, seed=run.seed)
         for item in ([run, again] if self.chance.random() < 0.5 else [again, run]) if recheck else [run]:
             self._send(item)
 
@@ -394,9 +395,10 @@ class _MatrixRun:
         """A wheat's or mutant's run with every test of the suite, each one not run saying why.
 
         A test the reference runs did not all pass counts for nothing on any variant, and its
-        cell says so whether or not this run had it: the wheats start with the tests that
-        passed the first reference run in, so whether a hash-seed-dependent test ran on a wheat
-        (and under which worker's seed) depends on timing, and the report must not."""
+        cell says so whether or not this run had it: a wheat runs the tests that passed the
+        first reference run in (or every test, the one that may start a worker), so whether a
+        hash-seed-dependent test ran on a wheat (and under which worker's seed) depends on
+        timing and chance, and the report must not."""
         counted = set(self.valid) if kind is VariantKind.MUTANT and self.settled else None
         results = tuple(r for r in run.results
                         if r.outcome is not Outcome.NOT_RUN and self._reference_reason(r.test_id) is None
@@ -472,7 +474,7 @@ def run_matrix(
     pool: WorkerPool | None = None,
     not_counted: Callable[[str], str | None] | None = None,
 ) -> Matrix:
-    """Run the suite against the reference (under two hash seeds), then the wheats, then the
+    """Run the suite against the reference (under two hash seeds), then the wheats and the
     mutants, each stage only with the tests still worth running (see the module's docstring).
 
     Args:

@@ -303,6 +303,8 @@ def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType, contract:
     if hello.header.get("ok") is not True:
         return (f"{contract.filename}: the implementation does not import: "
                 f"{hello.header.get('type', 'Error')}: {hello.header.get('message', '')}")
+    if isolate and not contract.module:
+        return "the job names no module under test (its contract is empty)"
     if isolate:
         from grader.worker import standin
 
@@ -324,7 +326,12 @@ def _connect(boundary: int, isolate: bool, stand_in: types.ModuleType, contract:
 def install_variant(source: str, code: bytes, contract: Contract) -> types.ModuleType:
     """Make ``source`` the module under test (``contract.module``), compiled under its file
     name (``code``: the same, compiled ahead by the grader and marshalled)."""
+    import importlib
+
     filename = contract.filename
+    parent = contract.module.rpartition(".")[0]
+    if parent:
+        importlib.import_module(parent)  # as an import would: the package first, then the module
     module = types.ModuleType(contract.module)
     module.__file__ = filename
     module.__package__ = contract.module.rpartition(".")[0]

@@ -17,7 +17,8 @@ Requests (``op``):
 - ``backward``: pull a gradient back through the graph of an earlier output.
 
 The contract (:class:`~grader.core.protocol.Contract`, read from the module's stub) names what
-may be built and called; nothing else of the variant is reachable. Generators (PCG32) cross as
+may be built and called, and which constants' plain values go with the first answer; nothing
+else of the variant is reachable. Generators (PCG32) cross as
 their state, both ways: a constructor's ``rng`` and every later
 draw from it are the variant's own.
 """
@@ -51,6 +52,7 @@ ERROR_TYPES = (
     "AssertionError", "ArithmeticError", "LookupError", "RuntimeError",
 )
 _MESSAGE_CAP = 4000
+_INT_CAP = 2**63  # a constant's int beyond this is not a plain value (JSON cannot carry every int)
 _GRAPHS = 64  # graphs kept for a later backward pass, the oldest forgotten first
 
 
@@ -252,12 +254,13 @@ def error_message(exc: BaseException) -> dict[str, Any]:
 
 def constant_values(variant: types.ModuleType, contract: Contract) -> dict[str, Any]:
     """The contract's constants as ``variant`` defines them, where each is a plain value (a
-    bool, int, float or short str): data a run's stand-in takes as it is. One the variant
+    bool, a float, an int below 2**63 in size or a str of at most 4,000 characters): data a run's stand-in takes as it is. One the variant
     lacks, or holds as anything else, is left out (the stand-in then lacks it too)."""
     values: dict[str, Any] = {}
     for name in contract.constants:
         value = getattr(variant, name, None)
-        if type(value) in (bool, int, float) or (type(value) is str and len(value) <= _MESSAGE_CAP):
+        if (type(value) in (bool, float) or (type(value) is int and abs(value) < _INT_CAP)
+                or (type(value) is str and len(value) <= _MESSAGE_CAP)):
             values[name] = value
     return values
 

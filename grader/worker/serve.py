@@ -380,7 +380,7 @@ def _implementation(job: JobSettings, header: RunHeader, fd: int, ready: int, tm
     del source, code
     try:
         connection.send({"ok": True, "constants": constant_values(module, job.contract)})
-    except BoundaryError:  # constants too large to send: the stand-in then lacks them
+    except (BoundaryError, ValueError):  # constants too large to send: the stand-in then lacks them
         connection.send({"ok": True})
     serve_implementation(connection, module, job.contract)
     os._exit(0)

@@ -228,8 +228,9 @@ def take_constants(module: types.ModuleType, values: dict[str, Any], contract: C
     as a plain value; any other name or value is ignored."""
     for name in contract.constants:
         value = values.get(name)
-        if type(value) in (bool, int, float, str):
+        if type(value) in (bool, int, float, str) and name not in (*contract.functions, *contract.classes):
             setattr(module, name, value)
+            module.__all__ = [*module.__all__, name]
 
 
 def build(contract: Contract) -> types.ModuleType:

@@ -69,6 +69,7 @@ class Run:
         self.broken: dict[str, str] = {}
         self.phases: dict[str, float] = {}
         self.current: tuple[str, float, float] | None = None  # test, when it began, its limit
+        self.began: dict[str, float] = {}  # each test's beginning, by this process's clock
         self.interrupted: dict[str, float] = {}  # test -> the limit it was interrupted at
         self.lowered = False  # a test timed out: later ones get at most the floor
         self.stopped = self.done = self.tampered = self.overflow = self.timed_out = False
@@ -116,6 +117,7 @@ class Run:
                 self.kill()
         elif kind == "begin":
             self.current = (event.test, time.monotonic(), self._limit(event.test))
+            self.began.setdefault(event.test, self.current[1])
         elif kind == "end":
             self.current = None
             if not self.killed_why and not self.stopped and not self.kill_pending:
@@ -164,7 +166,11 @@ class Run:
         if reported is None:
             self.errors.append("the run wrote a malformed test result")
             return
-        result = TestResult(reported.test_id, reported.outcome, reported.message[:_MESSAGE_CAP], reported.duration,
+        # How long the test took, by this process's clock from its beginning (a duration the
+        # test process reports is the tests' to change: the grader weighs times by this one).
+        began = self.began.get(reported.test_id)
+        duration = round(time.monotonic() - began, 6) if began is not None else reported.duration
+        result = TestResult(reported.test_id, reported.outcome, reported.message[:_MESSAGE_CAP], duration,
                             reported.raised_in[:_MESSAGE_CAP])
         test = result.test_id
         if test in self.interrupted:

@@ -47,10 +47,12 @@ def test_a_contracts_constants_cross_as_plain_values_and_nothing_else():
     variant = types.SimpleNamespace(FORGET_BIAS=0.0, lstm_cell=print)
     assert constant_values(variant, LSTM_CONTRACT) == {"FORGET_BIAS": 0.0}  # a mutant's value, as it is
     assert constant_values(types.SimpleNamespace(FORGET_BIAS=object()), LSTM_CONTRACT) == {}
+    assert constant_values(types.SimpleNamespace(FORGET_BIAS=10**5000), LSTM_CONTRACT) == {}  # JSON would refuse it
     assert constant_values(types.SimpleNamespace(), LSTM_CONTRACT) == {}
     built = standin.build(LSTM_CONTRACT)
     standin.take_constants(built, {"FORGET_BIAS": 1.0, "lstm_cell": 3, "OTHER": 2}, LSTM_CONTRACT)
     assert built.FORGET_BIAS == 1.0 and callable(built.lstm_cell) and not hasattr(built, "OTHER")
+    assert built.__all__ == ["lstm_cell", "LSTMCell", "LSTM", "FORGET_BIAS"]  # as the module's own
     fresh = standin.build(LSTM_CONTRACT)
     standin.take_constants(fresh, standin.connection_constants({"constants": {"FORGET_BIAS": [1.0]}}), LSTM_CONTRACT)
     assert not hasattr(fresh, "FORGET_BIAS")  # a list is not a plain value
@@ -61,6 +63,7 @@ def test_a_contracts_constants_cross_as_plain_values_and_nothing_else():
     ("X: float\n", "declares no public function and no Module class"),
     ("class Helper:\n    def forward(self): ...\n", "declares no public function and no Module class"),
     ("def broken(:\n", "line 1: the contract stub is not valid Python"),
+    ("from tinyllm.nn.module import Module\ncell: float\nclass cell(Module): ...\n", "declares cell more than once"),
 ])
 def test_a_stub_that_declares_nothing_to_serve_is_refused_naming_the_file(tmp_path, text, expected):
     stub = tmp_path / "thing.pyi"

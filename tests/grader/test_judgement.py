@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -209,6 +210,16 @@ def test_where_a_failure_was_raised_in_the_tests_own_files_is_read_back() -> Non
 )
 def test_describe_status(status: int, words: str) -> None:
     assert words in _describe_status(status)
+
+
+def test_a_tests_duration_is_the_workers_clock_not_what_the_test_process_says(channel: tuple[int, int]) -> None:
+    """A test process may report any duration (pytest's clock is the tests' to patch): the run
+    keeps the time it saw between the test's beginning and its result."""
+    run = _run(channel)
+    run.feed(_line(collected=TESTS) + _line(begin="t.py::a"))
+    time.sleep(0.2)
+    run.feed(_result("t.py::a", "passed", duration=0.001) + _line(end="t.py::a"))
+    assert run.results["t.py::a"].duration >= 0.2
 
 
 def test_a_run_that_dies_leaves_its_unreported_tests_errors(channel: tuple[int, int]) -> None:
