@@ -36,7 +36,7 @@ def _cmd_serve(args: argparse.Namespace, layout: Layout) -> int:
     from api.config import get_settings
     from api.main import create_app
 
-    settings = get_settings(root=args.root, workers=args.workers)
+    settings = get_settings(root=args.root, workers=args.workers, assignment=args.assignment)
     app = create_app(settings)
     print(f"mutagrade serving on http://{args.host}:{args.port} (database {settings.database_url}, "
           f"{settings.queue} queue, {_threads(settings.workers)})", file=sys.stderr)
@@ -55,7 +55,7 @@ def _cmd_worker(args: argparse.Namespace, layout: Layout) -> int:
     from api.config import get_settings
     from grader.flows.golden import device_in_use
 
-    settings = get_settings(root=args.root)
+    settings = get_settings(root=args.root, assignment=args.assignment)
     name = args.hostname or f"{args.queues}@%h"
     if args.ping:
         return _ping_worker(make_celery(settings), name)
@@ -101,7 +101,7 @@ def _admin_session(args: argparse.Namespace):
     from api.store.db import make_engine, make_sessionmaker
     from api.store.migrate import upgrade
 
-    settings = get_settings(root=args.root)
+    settings = get_settings(root=args.root, assignment=args.assignment)
     upgrade(settings.database_url)
     return make_sessionmaker(make_engine(settings.database_url))()
 
@@ -248,7 +248,8 @@ def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
     if not repo.is_dir():
         raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
     try:
-        return submit(repo, server=args.server, token=token, fmt=args.format, timeout=args.timeout)
+        return submit(repo, tests=layout.student_tests, server=args.server, token=token, fmt=args.format,
+                      timeout=args.timeout)
     except ClientError as exc:
         print(f"mutagrade submit: {exc}", file=sys.stderr)
         return exc.code

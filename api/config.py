@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grader.flows.archive import ArchiveLimits
-from grader.core.paths import Layout, default_layout
+from grader.core.paths import Layout, default_layout, layout_for
 from grader.flows.serving import RETRY_FAILED_PROBE_S
 
 __all__ = ["Settings", "archive_limits", "get_settings", "layout_of"]
@@ -63,6 +63,11 @@ class Settings(BaseSettings):
         description="Celery: a job still queued (or running on a lapsed claim) after this long is sent again",
     )
     root: Path | None = Field(default=None, description="the mutagrade checkout (default: this one)")
+    assignment: str | None = Field(
+        default=None,
+        description="the assignment this service grades: a folder's name under assignments/, or an assignment's "
+                    "folder (default: the course's, assignments/course.toml); one service and database per module",
+    )
     grade_jobs: int | None = Field(default=None, ge=1, description="children per grading run (default: cores)")
     sandbox_attempts: int = Field(
         default=5, ge=1,
@@ -114,8 +119,10 @@ def get_settings(**overrides: object) -> Settings:
 
 
 def layout_of(settings: Settings) -> Layout:
-    """The checkout the service grades with: ``settings.root``, or this one."""
-    return Layout(settings.root.resolve()) if settings.root else default_layout()
+    """The checkout the service grades with (``settings.root``, or this one), for its
+    assignment (``settings.assignment``, or the course's default)."""
+    root = settings.root.resolve() if settings.root else default_layout().root
+    return layout_for(root, settings.assignment)
 
 
 def archive_limits(settings: Settings) -> ArchiveLimits:

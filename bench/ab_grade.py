@@ -7,7 +7,7 @@ runs it); the machine's busy time is read from ``/proc/stat`` around each gradin
 grading costs (command, workers, children) is printed beside its wall time.
 
     git worktree add /tmp/before <commit>
-    (cd /tmp/before && "$OLDPWD/.venv/bin/python" -m compileall -q -x 'reference/tinyllm/rnn/gru\.py' grader api reference)
+    (cd /tmp/before && "$OLDPWD/.venv/bin/python" -m compileall -q -x 'reference/tinyllm/rnn/(gru|lstm)\.py' grader api reference)
     .venv/bin/python bench/ab_grade.py /tmp/before . --rounds 20
 
 Bytecode matters: a checkout whose ``.pyc`` files are stale imports from source, slower.

@@ -23,7 +23,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from grader.core.assignment import load_assignment  # noqa: E402
 from grader.flows.batch import grade_batch  # noqa: E402
-from grader.flows.intake import STUDENT_TESTS  # noqa: E402
 from grader.core.paths import default_layout  # noqa: E402
 
 
@@ -43,11 +42,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ahead", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
-    student = default_layout().examples / "student"
+    layout = default_layout()
+    student = layout.examples / "student"
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         bare, repos = Path(tmp) / "bare", Path(tmp) / "repos"
         for number in range(args.students):
-            shutil.copytree(student / STUDENT_TESTS, bare / f"s{number:02d}", ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(student / layout.student_tests, bare / f"s{number:02d}", ignore=shutil.ignore_patterns("__pycache__"))
             shutil.copytree(student, repos / f"s{number:02d}", ignore=shutil.ignore_patterns("__pycache__"))
         batch(bare, 1)  # warm the caches (bytecode, the variants' build) once
         results: dict[str, list[tuple[float, float]]] = {}

@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     layout = default_layout()
-    source = layout.gru_source.read_text()
+    source = layout.module_source.read_text()
     direct = load_implementation(source, layout.reference, "bench_direct_gru")
     served = standin.build(read_contract(layout.contract_stub, layout.module_under_test))
     standin.connect(Connection(_serve(source, layout.reference)))

@@ -3,12 +3,14 @@
 # worker runs), then the figures on their own lines:
 #
 #   cases_per_s: ...     batched random cases compared per second (torch on DEVICE against the
-#                        reference GRU in float64, both run)
+#                        assignment's reference module in float64, both run)
 #   max_deviation: ...   the largest deviation of torch from the float64 reference over those
 #                        cases (relative to each array's scale in float32; absolute in float64)
 #
 #   bash bench/gpu_golden.sh                      # DEVICE=cuda (float32), N=8192 cases
 #   DEVICE=cpu N=256 bash bench/gpu_golden.sh     # the same on the CPU (float64): runs anywhere
+#   bash bench/gpu_golden.sh --assignment l3-2-lstm   # another module of the course (default:
+#                                                     # assignments/course.toml's)
 #
 # Settings (environment): DEVICE (cuda, cuda:1, cpu), N (cases), BATCH (cases per batch),
 # VENV (default .venv), PYTHON (to make the venv, default python3). If VENV lacks mutagrade or
@@ -17,6 +19,16 @@
 # tolerance (1e-4 relative in float32, 1e-10 in float64); 1 when not; 2 when it cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+ASSIGNMENT=()
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --assignment) [ "$#" -ge 2 ] || { echo "gpu_golden: --assignment needs a NAME" >&2; exit 2; }
+                      ASSIGNMENT=(--assignment "$2"); shift 2 ;;
+        --assignment=*) ASSIGNMENT=(--assignment "${1#--assignment=}"); shift ;;
+        *) echo "gpu_golden: unknown argument $1 (expected --assignment NAME)" >&2; exit 2 ;;
+    esac
+done
 
 DEVICE="${DEVICE:-cuda}"
 N="${N:-8192}"
@@ -62,7 +74,7 @@ log="$(mktemp -t gpu-golden.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 set +e
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-    "$VENV/bin/mutagrade" golden --device "$DEVICE" --throughput "$N" --batch "$BATCH" | tee "$log"
+    "$VENV/bin/mutagrade" golden "${ASSIGNMENT[@]}" --device "$DEVICE" --throughput "$N" --batch "$BATCH" | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
@@ -79,6 +91,7 @@ tolerance=1e-10
 [ "$dtype" = "float32" ] && tolerance=1e-4
 
 echo
+echo "assignment: ${ASSIGNMENT[1]:-default}"
 echo "device: $DEVICE ($dtype)"
 echo "cases: $N in batches of $BATCH"
 echo "cases_per_s: $rate"

@@ -122,7 +122,7 @@ from grader.worker.child import install_variant
 layout = default_layout()
 job = JobSettings.from_message(json.loads(sys.argv[3]))
 session = worker.prepare_job(job)
-source = layout.gru_source.read_text()
+source = layout.module_source.read_text()
 code = variant_code(source, job.contract.filename) or b""
 gc.freeze()
 gc.enable()

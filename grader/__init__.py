@@ -1,3 +1,3 @@
-"""mutagrade: grades a course's GRU module and the test suites students write for it."""
+"""mutagrade: grades the modules of a course and the test suites students write for them."""
 
 __version__ = "0.1.0"

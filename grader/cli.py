@@ -21,7 +21,8 @@ from typing import Callable, NoReturn, Sequence
 
 from grader import __version__
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
-from grader.core.paths import Layout, default_layout
+from grader.core.errors import GradingInputError
+from grader.core.paths import Layout, default_layout, layout_for, rules_file
 from grader.student_cli import UsageError, add_tdd_command, local_sandbox, run_tdd, student_repo
 
 # The rest of the grader (pydantic, numpy, ...) is imported by the command that needs it:
@@ -108,13 +109,11 @@ def _cmd_calibrate(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
-    from grader.flows.golden import (
-        device_in_use, golden_deviations, golden_throughput, live_deviations, load_goldens, load_implementation,
-        torch_available,
-    )
+    from grader.flows.golden import device_in_use, load_comparison, load_goldens, load_implementation, torch_available
     from grader.core.variants import VariantKind, build_variants
 
     goldens = load_goldens(layout.goldens)
+    compare = load_comparison(layout.golden_code)
     live = torch_available() and not args.no_live
     device, dtype = device_in_use() if live else ("cpu", "float64")
     if args.device:
@@ -126,8 +125,8 @@ def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
     for variant in build_variants(layout):
         impl = load_implementation(variant.source, layout.reference, f"mutagrade_golden_{variant.id}")
         reference_impl = reference_impl or impl
-        stored = max(c.deviation for c in golden_deviations(impl, goldens))
-        cases = live_deviations(impl, seed=args.seed, cases=args.cases, device=device, dtype=dtype) if live else []
+        stored = max(c.deviation for c in compare.golden_deviations(impl, goldens))
+        cases = compare.live_deviations(impl, seed=args.seed, cases=args.cases, device=device, dtype=dtype) if live else []
         fresh = max((c.deviation for c in cases), default=None)
         matches = stored <= 1e-10 and all(c.matches for c in cases)
         if variant.kind is VariantKind.MUTANT:
@@ -137,7 +136,7 @@ def _cmd_golden(args: argparse.Namespace, layout: Layout) -> int:
         shown_fresh = "n/a" if fresh is None else _dev(fresh)
         print(f"{variant.id:<10} {variant.kind.value:<9} {_dev(stored):<16} {shown_fresh:<16} {'matches torch' if matches else 'differs'}")
     if live and args.throughput:
-        speed = golden_throughput(reference_impl, device=device, dtype=dtype, cases=args.throughput, batch=args.batch)
+        speed = compare.golden_throughput(reference_impl, device=device, dtype=dtype, cases=args.throughput, batch=args.batch)
         print(f"throughput: {speed.cases_per_s:.1f} cases/s on {speed.device} ({speed.dtype}), "
               f"{speed.cases} cases in batches of {args.batch}, max deviation {speed.max_deviation:.3g}")
     return EXIT_OK if wrong == 0 else EXIT_NOT_PASSED
@@ -150,7 +149,7 @@ def _dev(value: float) -> str:
 def _assignment(args: argparse.Namespace, layout: Layout):
     from grader.core.assignment import load_assignment
 
-    return load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
+    return load_assignment(rules_file(layout, getattr(args, "assignment", None)))
 
 
 def _launch_early(args: argparse.Namespace, layout: Layout):
@@ -164,7 +163,7 @@ def _launch_early(args: argparse.Namespace, layout: Layout):
     if not folder.is_dir():
         return None
     try:  # the tests the grading will take from the folder (grader.flows.intake)
-        return launch_grading(layout=layout, tests_dir=locate(folder).tests, mode=args.sandbox)
+        return launch_grading(layout=layout, tests_dir=locate(folder, layout.student_tests).tests, mode=args.sandbox)
     except (SandboxError, OSError, ValueError):
         return None
 
@@ -182,7 +181,11 @@ def _launch_before_parsing(argv: list[str]):
         args = parser.parse_args(argv)
     except UsageError:
         return None
-    return _launch_early(args, _layout(args))
+    try:
+        layout = _layout(args)
+    except GradingInputError:
+        return None  # the whole parser's run says what is wrong with --assignment
+    return _launch_early(args, layout)
 
 
 class _QuietParser(argparse.ArgumentParser):
@@ -286,7 +289,7 @@ def _cmd_check(args: argparse.Namespace, layout: Layout) -> int:
     from grader.flows.grade_command import render_report
 
     assignment = _assignment(args, layout)
-    report = check_repo(student_repo(args), layout=layout, assignment=assignment, sandbox=local_sandbox())
+    report = check_repo(student_repo(args, layout), layout=layout, assignment=assignment, sandbox=local_sandbox())
     print(render_report(report, args.format, assignment))
     if report.input_refused:  # a policy violation, or more tests than the grader takes
         return EXIT_BAD_INPUT
@@ -325,14 +328,14 @@ def _cmd_starter(args: argparse.Namespace, layout: Layout) -> int:
         written = write_starter(layout, dest)
     except StarterError as exc:
         raise UsageError(str(exc)) from None
-    print(f"wrote the starter repository to {dest}/ ({len(written)} files): the framework, gru.py as the "
+    print(f"wrote the starter repository to {dest}/ ({len(written)} files): the framework, the module as the "
           "contract stub, the given test, an empty journal and the CI templates; nothing of the answer key")
     return EXIT_OK
 
 
 # ------------------------------------------------------------------------ parser
 def _root_parser(kind: type[argparse.ArgumentParser] = argparse.ArgumentParser):
-    parser = kind(prog="mutagrade", description="Mutation grading of test-first GRU test suites.")
+    parser = kind(prog="mutagrade", description="Mutation grading of test-first test suites, one course module at a time.")
     parser.add_argument("--version", action="version", version=f"mutagrade {__version__}")
     parser.add_argument("--root", type=Path, help="the mutagrade checkout to use (default: this one)")
     return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -340,14 +343,34 @@ def _root_parser(kind: type[argparse.ArgumentParser] = argparse.ArgumentParser):
 
 def build_parser(more: MoreCommands | None = None) -> argparse.ArgumentParser:
     """The whole command line; ``more`` adds commands (the service's) after ``check``, where
-    the list has always had them."""
+    the list has always had them. Every command takes ``--assignment``."""
     parser, commands = _root_parser()
     _add_grade(commands)
     _add_grading_commands(commands)
     if more is not None:
         more(commands)
     _add_other_commands(commands)
+    for command in commands.choices.values():
+        _assignment_everywhere(command)
     return parser
+
+
+def _assignment_everywhere(command: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """``--assignment`` on ``command`` and on each of its own commands (``variants list``); a
+    nested one leaves the value given before it, if any, as it is."""
+    if "--assignment" not in command._option_string_actions:
+        _assignment_option(command, default=argparse.SUPPRESS if nested else None)
+    for action in command._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _assignment_everywhere(child, nested=True)
+
+
+def _assignment_option(command: argparse.ArgumentParser, default: object = None) -> None:
+    command.add_argument(
+        "--assignment", metavar="NAME|PATH", default=default,
+        help="the assignment: a folder's name under assignments/, an assignment's folder, or an assignment.toml "
+             "(a rules file elsewhere grades the default assignment by its rules; default: assignments/course.toml's)")
 
 
 def _add_grade(commands: argparse._SubParsersAction) -> None:
@@ -359,7 +382,7 @@ def _add_grade(commands: argparse._SubParsersAction) -> None:
     grade.add_argument("--policy", choices=("on", "off"), default="on", help="off: trusted suites only (staff)")
     grade.add_argument("--audience", choices=("student", "staff"), default="student",
                        help="staff reports name hidden mutants")
-    grade.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    _assignment_option(grade)
     grade.add_argument("--jobs", type=int, default=None, help="children at a time (default: one per core)")
     grade.add_argument("--sandbox", choices=("auto", "strict", "none"), default="auto",
                        help="none: no sandbox (your own tests on your own machine); auto refuses without one")
@@ -377,7 +400,7 @@ def _add_grading_commands(commands: argparse._SubParsersAction) -> None:
                        help="submissions unpacked and journals replayed while one is graded, 0 to 8 "
                        "(default 2; 0: one after the other)")
     batch.add_argument("--policy", choices=("on", "off"), default="on")
-    batch.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    _assignment_option(batch)
     batch.add_argument("--gradebook-format", choices=("csv", "canvas", "moodle"), default="csv",
                        help="csv (default): the grading CSV, or with --roster one row per student in points; "
                             "canvas, moodle: that LMS's grade import (needs --roster)")
@@ -405,9 +428,9 @@ def _add_grading_commands(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser("check", help="your implementation, your journal and your tests' grade, at once")
     check.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
     check.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
-    check.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
+    check.add_argument("--tests", help="your tests (default: where the assignment keeps them, python/tests/<name>)")
     check.add_argument("--format", choices=FORMATS, default="text")
-    check.add_argument("--assignment", help="the assignment file (default: mutants/assignment.toml)")
+    _assignment_option(check)
     check.set_defaults(run=_cmd_check)
 
 
@@ -423,7 +446,7 @@ def _add_other_commands(commands: argparse._SubParsersAction) -> None:
     bundle.add_argument("--output", required=True, help="the zip to write, e.g. autograder.zip")
     bundle.add_argument("--repository", help="setup.sh clones this course repository instead of a copy in the zip")
     bundle.add_argument("--ref", help="the branch or tag of --repository to clone")
-    bundle.add_argument("--assignment", help="the assignment file to grade with (default: mutants/assignment.toml)")
+    _assignment_option(bundle)
     bundle.set_defaults(run=_cmd_bundle)
 
     starter = commands.add_parser("starter", help="staff: the repository students start from (no answer key)")
@@ -467,7 +490,8 @@ def main(argv: Sequence[str] | None = None, *, more: MoreCommands | None = None)
 
 
 def _layout(args: argparse.Namespace) -> Layout:
-    return Layout(args.root.resolve()) if args.root else default_layout()
+    root = args.root.resolve() if args.root else default_layout().root
+    return layout_for(root, getattr(args, "assignment", None))
 
 
 def _run(argv: list[str], launched, more: MoreCommands | None) -> int:
@@ -475,8 +499,7 @@ def _run(argv: list[str], launched, more: MoreCommands | None) -> int:
     args.launched = launched
     if args.run is not _cmd_grade:
         gc.enable()  # a long command (serve, worker, grade-batch) collects as usual
-    layout = _layout(args)
-    return exit_code_of(lambda: args.run(args, layout), _input_errors)
+    return exit_code_of(lambda: args.run(args, _layout(args)), _input_errors)
 
 
 def _input_errors() -> tuple[type[Exception], ...]:

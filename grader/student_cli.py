@@ -1,7 +1,7 @@
 """The ``mutagrade`` command of the student package: ``tdd``, ``check`` and ``submit``, nothing else.
 
 The student package (``make student-package``, ``packaging/student/``) ships this entry point
-instead of :mod:`grader.cli`, and none of the staff commands, the reference GRU, the mutants or
+instead of :mod:`grader.cli`, and none of the staff commands, the reference modules, the mutants or
 the grading engine. ``check`` therefore checks what needs no answer key here and gets the
 mutation grade from the course's server (:mod:`grader.flows.student_check`).
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from grader import __version__
 from grader.core.exits import EXIT_BAD_INPUT, EXIT_NOT_PASSED, EXIT_OK, exit_code_of
-from grader.core.paths import Layout, default_layout
+from grader.core.paths import Layout, default_layout, layout_for
 
 if TYPE_CHECKING:
     from grader.run.runner import RunLimits
@@ -36,11 +36,22 @@ class UsageError(Exception):
     """Bad input on the command line: printed as ``mutagrade: error: ...``, exit 2."""
 
 
-def course_layout() -> Layout:
-    """Where the course tests (``reference/tests``), goldens (``fixtures``) and assignment
-    (``mutants/assignment.toml``, for its limits) are: in the installed student package, or in
-    the checkout this module runs from."""
-    return Layout(COURSE) if (COURSE / "reference" / "tests").is_dir() else default_layout()
+def course_layout(assignment: str | None = None, repo: Path | None = None) -> Layout:
+    """Where the course material of ``assignment`` (by name) is: its course tests, goldens and
+    rules (for its limits), in the installed student package, or in the checkout this module
+    runs from. With no name, the assignment whose tests folder ``repo`` holds (a repository
+    made from a module's starter has its own), else the course's default."""
+    root = COURSE if (COURSE / "assignments").is_dir() else default_layout().root
+    if assignment is None and repo is not None:
+        assignment = _assignment_of(root, repo)
+    return layout_for(root, assignment)
+
+
+def _assignment_of(root: Path, repo: Path) -> str | None:
+    """The one assignment whose ``student_tests`` folder ``repo`` holds, if exactly one."""
+    named = [name for name in layout_for(root, None).available()
+             if (repo / layout_for(root, name).student_tests).is_dir()]
+    return named[0] if len(named) == 1 else None
 
 
 def local_sandbox():
@@ -61,15 +72,24 @@ def _course_limits(layout: Layout) -> RunLimits:
     return RunLimits.of(load_assignment(layout.assignment), sandbox=local_sandbox())
 
 
-def student_repo(args: argparse.Namespace):
-    """The student's repository named by ``--repo``/``repo``, ``--impl`` and ``--tests``; with
-    no ``--repo``, the one the current folder is in (:func:`grader.flows.tdd.find_root`)."""
+def find_root_here() -> Path:
+    """The repository the current folder is in (:func:`grader.flows.tdd.find_root`)."""
+    from grader.flows.tdd import find_root
+
+    return find_root(Path.cwd())
+
+
+def student_repo(args: argparse.Namespace, layout: Layout):
+    """The student's repository named by ``--repo``/``repo``, ``--impl`` and ``--tests`` (by
+    default where ``layout``'s assignment keeps them); with no ``--repo``, the one the current
+    folder is in (:func:`grader.flows.tdd.find_root`)."""
     from grader.flows.tdd import StudentRepo, find_root
 
     root = Path(args.repo) if args.repo is not None else find_root(Path.cwd())
     if not root.is_dir():
         raise UsageError(f"{root}: expected the root folder of your repository")
-    return StudentRepo(root=root, impl=Path(args.impl), tests=Path(args.tests))
+    tests = Path(args.tests) if args.tests else Path(layout.student_tests)
+    return StudentRepo(root=root, impl=Path(args.impl), tests=tests)
 
 
 # ---------------------------------------------------------------------- commands
@@ -81,7 +101,7 @@ def run_tdd(args: argparse.Namespace, layout: Layout) -> int:
     from grader.core.journal import Phase
     from grader.flows.tdd import Refused, SuiteRefused, explained, record, status, undo
 
-    repo = student_repo(args)
+    repo = student_repo(args, layout)
     if args.phase == "status":
         print(status(repo))
         return EXIT_OK
@@ -107,15 +127,16 @@ def run_tdd(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _cmd_tdd(args: argparse.Namespace) -> int:
-    return run_tdd(args, course_layout())
+    root = Path(args.repo) if args.repo is not None else find_root_here()
+    return run_tdd(args, course_layout(args.assignment, root))
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from grader.flows.student_check import local_check, mutation_source, render_local_check, tests_to_submit
 
-    repo = student_repo(args)
+    layout = course_layout(args.assignment, Path(args.repo))
+    repo = student_repo(args, layout)
     source = mutation_source(args.server, args.token)
-    layout = course_layout()
     found = local_check(repo, layout=layout, limits=_course_limits(layout))
     print(render_local_check(found), flush=True)
     if not found.policy.ok:  # the server would refuse the suite as it is
@@ -129,8 +150,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     else:
         print(f"Mutation grade: submitting your tests and journal to {source.server} as a preview "
               "(not your grade of record: `mutagrade submit` makes a submission)", flush=True)
-        code = _submit(tests_to_submit(repo), source.server, source.token, fmt="text", timeout=args.timeout,
-                       preview=True)
+        code = _submit(tests_to_submit(repo, layout), source.server, source.token, fmt="text",
+                       timeout=args.timeout, preview=True, tests=layout.student_tests)
     reasons = found.reasons
     print(f"Local checks: {'NOT PASSED: ' + '; '.join(reasons) if reasons else 'passed'}")
     return EXIT_NOT_PASSED if reasons and code == EXIT_OK else code
@@ -148,14 +169,16 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
-    return _submit(repo, server, token, fmt=args.format, timeout=args.timeout)
+    tests = course_layout(args.assignment, repo).student_tests
+    return _submit(repo, server, token, fmt=args.format, timeout=args.timeout, tests=tests)
 
 
-def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float, preview: bool = False) -> int:
+def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float, tests: PurePosixPath,
+            preview: bool = False) -> int:
     from grader.flows.submit import ClientError, submit
 
     try:
-        return submit(repo, server=server, token=token, fmt=fmt, timeout=timeout, preview=preview)
+        return submit(repo, tests=tests, server=server, token=token, fmt=fmt, timeout=timeout, preview=preview)
     except ClientError as exc:
         print(f"mutagrade submit: {exc}", file=sys.stderr)
         return exc.code
@@ -164,7 +187,13 @@ def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float, pr
 # ------------------------------------------------------------------------ parser
 def _repo_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--impl", default="python", help="the folder holding your tinyllm (default: python)")
-    command.add_argument("--tests", default="python/tests/l3-3-gru", help="your tests (default: python/tests/l3-3-gru)")
+    command.add_argument("--tests", help="your tests (default: where the assignment keeps them, e.g. python/tests/<name>)")
+    _assignment_option(command)
+
+
+def _assignment_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--assignment", help="the course module, by the name of its folder under assignments/ "
+                         "(default: the one whose tests folder your repository has, else the course's first)")
 
 
 def add_tdd_command(commands: argparse._SubParsersAction, *, help: str, run: Callable[..., int]) -> None:
@@ -201,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="upload your tests and journal, wait, print the report")
     submit.add_argument("repo", nargs="?", default=".", help="your repository's root (default: here)")
     submit.add_argument("--format", choices=("text", "json", "junit", "gradescope", "github"), default="text")
+    _assignment_option(submit)
     server_options(submit)
     submit.set_defaults(run=_cmd_submit)
     return parser

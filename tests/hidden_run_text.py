@@ -7,10 +7,10 @@ reads; staff's report keeps what staff need of it.
 
 It detects s04's formula (the reset gate leaves the recurrent bias ``b_hn`` out) by the
 output, and s12's (``z * h`` on raw arrays) by a right output with a wrong gradient; both are
-hidden in ``mutants/manifest.toml``. ``SUITE`` holds every attack, ``pytest.exit`` last so that a
-full matrix runs the others first. ``POLICY_CLEAN`` is the attack the policy check lets through
-(no ``warnings``), for the service, which always checks it: ``pytest.exit`` first of the tests
-that fail, since a mutant's run stops at its first kill, and no collection error.
+hidden in ``assignments/l3-3-gru/manifest.toml``. ``SUITE`` holds every attack, ``pytest.exit``
+last so that a full matrix runs the others first. ``POLICY_CLEAN`` is the attack the policy check
+lets through (no ``warnings``), for the service, which always checks it: ``pytest.exit`` first of
+the tests that fail, since a mutant's run stops at its first kill, and no collection error.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from grader.sandbox.userns import kernel_refusal
 from tests.services import free_port, kill_group
 
 REPO = default_layout().root
+COURSE_TESTS = default_layout().course_tests.relative_to(REPO).as_posix()  # assignments/l3-3-gru/tests
 DEMO_USER = "mutagrade-demo"  # an ordinary user with a home, made for this test
 PLAIN_PATH = "/usr/local/bin:/usr/bin:/bin"
 GRADED = ("10 passed, 0 failed", "h′ = 0.25 × n + 0.75 × 0.5 = 0.533787", "VERDICT: PASSED", "killed (12/12)")
@@ -114,7 +115,7 @@ def test_make_demo_on_a_fresh_clone_as_an_unprivileged_user(workdir):
         _first_served_submission(clone, how, workdir)
 
     # tinyllm comes with the install: the course tests run in the venv with no PYTHONPATH.
-    course = _run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "reference/tests"], clone, how, timeout=300)
+    course = _run([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", COURSE_TESTS], clone, how, timeout=300)
     assert course.returncode == 0, course.stdout[-3000:]
     assert course.stdout.splitlines()[-1].startswith("10 passed"), course.stdout[-500:]
 

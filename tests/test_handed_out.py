@@ -27,14 +27,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.journal import GRU_FILE
-from grader.core.paths import default_layout
+from grader.core.paths import default_layout, layout_for
 from grader.core.variants import build_variants
 from grader.flows.starter import CI_FILES, starter_files
 from grader.flows.tdd import DEFAULT_IMPL
 from tests.student_wheel import build_wheel, readable_folder
 
 LAYOUT = default_layout()
+LSTM = layout_for(LAYOUT.root, "l3-2-lstm")
+GRU_FILE = LAYOUT.module_file  # tinyllm/rnn/gru.py: the file a student writes
 STARTER = LAYOUT.examples / "starter"
 CI = LAYOUT.examples / "ci"
 MIN_CHARS = 12  # shorter lines (`try:`, `return (`, `h = h_new`) are any program's
@@ -67,9 +68,10 @@ def _normal_lines(text: str) -> set[str]:
 def _given(layout) -> set[str]:
     """The lines students are given anyway: the contract stub, the framework, the course tests."""
     package = layout.reference / "tinyllm"
-    files = [p for p in package.rglob("*.py*") if p != layout.gru_source and "__pycache__" not in p.parts]
+    answers = set(layout.answer_files)  # the reference module of every assignment: never given
+    files = [p for p in package.rglob("*.py*") if p not in answers and "__pycache__" not in p.parts]
     files += list(layout.course_tests.glob("*.py"))
-    assert package / "rnn" / "gru.pyi" in files and len(files) > 10, files
+    assert layout.contract_stub in files and len(files) > 10, files
     return set().union(*(_normal_lines(p.read_text(encoding="utf-8")) for p in files))
 
 
@@ -157,7 +159,7 @@ def test_the_scan_finds_the_reference_added_to_the_wheel(wheel, key, tmp_path) -
     leaky = tmp_path / wheel.name
     shutil.copyfile(wheel, leaky)
     with zipfile.ZipFile(leaky, "a") as archive:
-        archive.write(LAYOUT.gru_source, GRU_FILE)
+        archive.write(LAYOUT.module_source, GRU_FILE)
     [found] = leaks(_wheel_files(leaky), key)
     assert found.startswith(f"{wheel.name}!{GRU_FILE}: ") and " answer line(s)" in found, found
 
@@ -171,7 +173,7 @@ def test_the_scan_finds_any_variant_in_place_of_the_stub(key) -> None:
 
 
 def test_the_scan_finds_the_gates_a_long_line_and_code_in_a_string_but_not_two_lines(key) -> None:
-    source = LAYOUT.gru_source.read_text(encoding="utf-8")
+    source = LAYOUT.module_source.read_text(encoding="utf-8")
     lines = source.splitlines()
     gates = [line for line in lines if re.match(r"\s+(r|z|n) = |\s+return \(1 - z\)", line)]
     s06 = next(line.strip() for line in lines if "orthogonal((hidden, hidden), rng)" in line)
@@ -195,3 +197,28 @@ def test_examples_student_is_marked_as_staff_only_and_the_docs_send_students_to_
     for document in ("students.md", "integrations.md"):
         text = (LAYOUT.root / "docs" / document).read_text(encoding="utf-8")
         assert "examples/starter" in text and "mutagrade starter" in text, document
+
+
+@pytest.fixture(scope="module")
+def lstm_key() -> AnswerKey:
+    return answer_key(LSTM)
+
+
+def test_nothing_a_student_receives_holds_a_line_of_the_lstms_reference_or_variants(wheel, lstm_key) -> None:
+    """The second module's answer is as safe: the wheel (which carries the LSTM's tests, goldens
+    and stub), both starters and the CI templates hold none of it."""
+    files = {**_wheel_files(wheel), **_folder_files(STARTER), **_folder_files(CI)}
+    files.update({f"(starter gru)/{p}": data for p, data in starter_files(LAYOUT).items()})
+    files.update({f"(starter lstm)/{p}": data for p, data in starter_files(LSTM).items()})
+    assert f"(starter lstm)/{DEFAULT_IMPL}/{LSTM.module_file}" in files
+    assert any(name.endswith("assignments/l3-2-lstm/goldens/lstm_torch.npz") for name in files)
+    assert not leaks(files, lstm_key), "\n".join(leaks(files, lstm_key))
+    stub = f"(starter lstm)/{DEFAULT_IMPL}/{LSTM.module_file}"
+    for variant in build_variants(LSTM):  # and the scan would see any of them in the stub's place
+        found = leaks({**files, stub: variant.source.encode()}, lstm_key)
+        assert [line.split(":")[0] for line in found] == [stub], (variant.id, found)
+
+
+def test_the_lstm_example_is_marked_as_staff_only() -> None:
+    readme = (LAYOUT.examples / "lstm-student" / "README.md").read_text(encoding="utf-8")
+    assert "complete solution" in readme and "never" in readme and "mutagrade starter" in readme

@@ -145,9 +145,26 @@ def test_each_part_of_the_service_reaches_only_what_it_serves_with(part: str) ->
     assert not broken, "\n".join(broken)
 
 
-def test_no_worker_module_names_a_module_of_the_course() -> None:
-    """The worker (the stand-in, the implementation process, the test process's set-up) serves
-    whatever module its job's contract names: none of it names a module of the course."""
-    named = [f"{path.relative_to(ROOT)}: {word}" for path in sorted((ROOT / "grader" / "worker").glob("*.py"))
-             for word in ("gru", "lstm") if word in path.read_text(encoding="utf-8").lower()]
+def _module_names() -> set[str]:
+    """The last part of every assignment's module (``gru``, ``lstm``), from its assignment.toml."""
+    from grader.core.paths import layout_for
+
+    root = ROOT
+    names = {layout_for(root, name).module_under_test.rsplit(".", 1)[-1] for name in layout_for(root, None).available()}
+    assert {"gru", "lstm"} <= names, names  # the words looked for below: never an empty list
+    return names
+
+
+def test_no_file_of_the_grader_or_the_service_names_a_module_of_the_course() -> None:
+    """Adding a module is adding a folder under assignments/: nothing in grader/ or api/ (code,
+    docstrings, messages, templates) names the module of any assignment; what an assignment
+    grades is read from its folder."""
+    words = _module_names()
+    named = []
+    for part in ("grader", "api"):
+        for path in sorted((ROOT / part).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".pyc", ".png", ".ico"):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace").lower()
+            named += [f"{path.relative_to(ROOT)}: {word}" for word in sorted(words) if word in text]
     assert not named, named

@@ -29,7 +29,7 @@ from tests.api.conftest import make_server, wait_done
 
 LAYOUT = default_layout()
 STUDENT = LAYOUT.examples / "student"
-STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
+STUDENT_TESTS = Path(LAYOUT.student_tests)  # python/tests/l3-3-gru
 BIN = Path(sys.executable).parent  # the venv's bin: `mutagrade` is there, as setup.sh puts it on PATH
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
 TINY = ("test_hand_example_gru_cell", "test_cell_matches_my_numpy_formula_with_nonzero_b_hn",

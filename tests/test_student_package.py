@@ -87,13 +87,14 @@ def _answer_key() -> tuple[set[str], list[str]]:
     """The distinctive lines of the reference's gru.py, of every patch and of the manifest,
     and the hidden mutants' titles and pitfalls (to find as substrings). A line the course hands
     out anyway (the contract stub, the course tests, the framework around gru.py) is none."""
-    framework = [path for path in (LAYOUT.reference / "tinyllm").rglob("*.py") if path != LAYOUT.gru_source]
+    answers = set(LAYOUT.answer_files)  # the reference module of every assignment: none is handed out
+    framework = [path for path in (LAYOUT.reference / "tinyllm").rglob("*.py") if path not in answers]
     course = {
         line.strip()
         for path in [LAYOUT.reference / "tinyllm" / "rnn" / "gru.pyi", *LAYOUT.course_tests.glob("*.py"), *framework]
         for line in path.read_text(encoding="utf-8").splitlines()
     }
-    lines = LAYOUT.gru_source.read_text(encoding="utf-8").splitlines()
+    lines = LAYOUT.module_source.read_text(encoding="utf-8").splitlines()
     for patch in sorted((LAYOUT.mutants / "patches").glob("*.patch")):
         for line in patch.read_text(encoding="utf-8").splitlines():
             if line.startswith(("+++", "---", "@@")):
@@ -123,17 +124,26 @@ def _installed_files(installed: Installed) -> list[Path]:
 def test_make_builds_the_wheel_with_the_student_modules_and_no_answer_key(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("grader/flows/tdd.py", "grader/core/journal.py", "grader/flows/check.py", "grader/student_cli.py",
-                   "grader/worker/serve.py", "grader/flows/submit.py", "grader/course/reference/tests/conftest.py",
-                   "grader/course/reference/tests/test_gru_golden.py", "grader/course/fixtures/gru_torch.npz",
-                   "grader/core/assignment.py", "grader/course/mutants/assignment.toml"):
+                   "grader/worker/serve.py", "grader/flows/submit.py", _course(LAYOUT.course_tests / "conftest.py"),
+                   _course(LAYOUT.course_tests / "test_gru_golden.py"), _course(LAYOUT.goldens),
+                   "grader/core/assignment.py", _course(LAYOUT.assignment), "grader/course/assignments/course.toml",
+                   _course(LAYOUT.golden_code)):
         assert needed in names, f"{needed} is missing from the wheel"
     for staff in ("grader/cli.py", "grader/core/variants.py", "grader/flows/grading.py", "grader/flows/calibration.py",
                   "grader/flows/automutants.py", "grader/flows/bundle.py", "api/main.py", "api/store/crud.py"):
         assert staff not in names, f"{staff} is a staff module, but the student wheel holds it"
     assert not [n for n in names if n.startswith("api/")], "the student package ships no part of the service"
-    # Of the mutants folder, the assignment alone (its threshold and limits): no patch, no manifest.
-    assert [n for n in names if "mutants/" in n or n.startswith("tinyllm/") or n.endswith(".patch")] == [
-        "grader/course/mutants/assignment.toml"]
+    # Of the mutants of each assignment folder, the assignment alone (its threshold and limits):
+    # no patch, no manifest, no pool of automatic mutants.
+    assert sorted(n for n in names if (n.startswith("grader/course/assignments/") and n.endswith((".toml", ".json")))
+                  or "manifest" in n or "patches/" in n or n.startswith("tinyllm/") or n.endswith(".patch")) == sorted(
+        ["grader/course/assignments/course.toml",
+         *(_course(LAYOUT.root / "assignments" / name / "assignment.toml") for name in LAYOUT.available())])
+
+
+def _course(path: Path) -> str:
+    """Where the wheel stages a file of this checkout's course material."""
+    return f"grader/course/{path.relative_to(REPO).as_posix()}"
 
 
 def _imported(source: str, module: str, is_package: bool) -> set[str]:
@@ -235,7 +245,7 @@ def test_a_starter_repository_goes_red_then_green_with_the_student_package(insta
     red = installed.run("mutagrade", "tdd", "red", cwd=repo)
     assert red.returncode == 0, red.stdout + red.stderr
     assert "red recorded (entry 1): new failing test(s): test_gru.py::test_hand_example_gru_cell" in red.stdout
-    (repo / "python/tinyllm/rnn/gru.py").write_bytes(LAYOUT.gru_source.read_bytes())  # the student writes it
+    (repo / "python/tinyllm/rnn/gru.py").write_bytes(LAYOUT.module_source.read_bytes())  # the student writes it
     green = installed.run("mutagrade", "tdd", "green", cwd=repo)
     assert green.returncode == 0 and "green recorded (entry 2)" in green.stdout, green.stdout + green.stderr
     done = installed.run("mutagrade", "check", cwd=repo)
@@ -278,7 +288,7 @@ def test_check_without_a_server_checks_locally_and_says_how_to_get_the_grade(ins
 def test_tdd_and_check_run_each_test_under_the_courses_assignment_limit(installed):
     """The installed course's assignment gives each test its limit, as grading's replay does: a
     test past it is a time-out for ``tdd`` and for ``check``'s replay alike."""
-    assignment = installed.site / "grader" / "course" / "mutants" / "assignment.toml"
+    assignment = installed.site / _course(LAYOUT.assignment)
     shipped = assignment.read_text(encoding="utf-8")
     assert "test_timeout_s = 10.0" in shipped
     tight = shipped.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0")
@@ -345,7 +355,7 @@ def test_a_student_who_loosens_the_packages_limits_is_still_judged_by_the_course
     """The attack: edit the installed package's copy of the assignment so that a test too slow
     for the course goes green locally. Grading replays the journal under the server's own
     assignment (here 1 s a test), never the student's copy: the journal does not verify."""
-    assignment = installed.site / "grader" / "course" / "mutants" / "assignment.toml"
+    assignment = installed.site / _course(LAYOUT.assignment)
     shipped = assignment.read_text(encoding="utf-8")
     repo = installed.student_repo("loosened")
     (repo / "python/tests/l3-3-gru/test_slow.py").write_text(SLOW)

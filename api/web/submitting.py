@@ -104,7 +104,7 @@ async def accept_upload(
         # Unpacking the archive and writing it to the database block: they run in the thread
         # pool, so a burst of uploads never holds up the event loop (and every other request).
         try:
-            check_archive(data, archive_limits(settings))
+            check_archive(data, archive_limits(settings), tests=request.app.state.layout.student_tests)
         except ArchiveError as exc:
             raise _refused(archive, exc) from None
         # Its time: when the whole archive is here (a refusal may be due to a slow upload).

@@ -1,5 +1,6 @@
 """Live torch comparisons as a job: every variant (and a submission's own implementation,
-when its archive holds one) against ``torch.nn.GRU`` on this worker's device."""
+when its archive holds one) against torch on this worker's device, as the assignment's
+``goldens/compare.py`` compares them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from grader.flows.archive import unpack
 from grader.core.assignment import load_assignment
 from grader.core.models import Outcome
 from grader.core.variants import build_variants
-from grader.flows.golden import device_in_use, golden_throughput, live_deviations, load_implementation
+from grader.flows.golden import device_in_use, load_comparison, load_implementation
 
 __all__ = ["compare_variants", "run_golden"]
 
@@ -27,18 +28,19 @@ def compare_variants(settings: Settings, *, cases: int, seed: int = 0) -> Golden
     """Every variant against live torch on this machine's device (trusted code, in-process)."""
     layout = layout_of(settings)
     device, dtype = device_in_use()
+    compare = load_comparison(layout.golden_code)
     rows = []
     reference_impl = None
     for variant in build_variants(layout):
         impl = load_implementation(variant.source, layout.reference, f"mutagrade_golden_{variant.id}")
         reference_impl = reference_impl or impl
-        found = live_deviations(impl, seed=seed, cases=cases, device=device, dtype=dtype)
+        found = compare.live_deviations(impl, seed=seed, cases=cases, device=device, dtype=dtype)
         worst = max(found, key=lambda c: c.deviation)
         rows.append(VariantGolden(
             id=variant.id, kind=variant.kind.value, matches=all(c.matches for c in found),
             max_deviation=worst.deviation, worst=f"{worst.case}: {worst.worst}",
         ))
-    speed = golden_throughput(reference_impl, device=device, dtype=dtype, cases=128, batch=64, seed=seed)
+    speed = compare.golden_throughput(reference_impl, device=device, dtype=dtype, cases=128, batch=64, seed=seed)
     return GoldenResult(device=device, dtype=dtype, cases=cases, variants=rows, cases_per_s=speed.cases_per_s)
 
 
@@ -60,7 +62,7 @@ def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -
                 archive = crud.get_submission(session, run.submission_id).archive
             layout = layout_of(settings)
             with tempfile.TemporaryDirectory(prefix="mutagrade-golden-") as tmp:
-                files = unpack(archive, Path(tmp), archive_limits(settings))
+                files = unpack(archive, Path(tmp), archive_limits(settings), tests=layout.student_tests)
                 if files.implementation is None:
                     result.implementation_problems = ["the submission holds no python/tinyllm package"]
                     result.implementation_ok = False

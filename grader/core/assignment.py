@@ -11,10 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from grader.core.deadlines import Deadline
 from grader.core.tomlfile import field_problems, read_toml
 
-__all__ = ["Assignment", "AssignmentError", "Limits", "load_assignment"]
+__all__ = ["Assignment", "AssignmentError", "Limits", "Subject", "load_assignment", "subject_of"]
 
 # A course test as given_tests names it: "test_x", or "test_file.py::test_x" ("::Class::" between).
 _TEST_NAME = re.compile(r"(?:[\w./-]+\.py::)?(?:\w+::)*\w+")
+
+
+_MODULE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"  # tinyllm.rnn.name: a module inside a package
+_STUDENT_TESTS_PATTERN = r"^[\w.-]+(/[\w.-]+)*$"  # a relative path, forward slashes
 
 
 class AssignmentError(ValueError):
@@ -69,6 +73,12 @@ class Assignment(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    # What is graded (:class:`Subject`): an assignment's folder says it; a file of rules alone
+    # (``--assignment rules.toml``) may leave it to the folder it grades with.
+    module: str | None = Field(default=None, pattern=_MODULE_PATTERN)
+    student_tests: str | None = Field(default=None, pattern=_STUDENT_TESTS_PATTERN)
+    goldens: str | None = Field(default=None, pattern=_STUDENT_TESTS_PATTERN)
+    example: str | None = Field(default=None, pattern=_STUDENT_TESTS_PATTERN)  # relative to the checkout
     threshold: float = Field(ge=0.0, le=1.0)
     allow_invalid_tests: bool = False
     require_journal: bool = False
@@ -92,6 +102,13 @@ class Assignment(BaseModel):
     grade_of_record: Literal["latest_on_time", "best"] = "latest_on_time"
     limits: Limits = Limits()
 
+    @field_validator("student_tests", "goldens", "example")
+    @classmethod
+    def _inside(cls, value: str | None) -> str | None:
+        if value is not None and ".." in value.split("/"):
+            raise ValueError(f"must be a path inside the folder, without '..', got {value!r}")
+        return value
+
     @field_validator("given_tests")
     @classmethod
     def _test_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -112,3 +129,34 @@ def load_assignment(path: Path) -> Assignment:
         return Assignment.model_validate(data)
     except ValidationError as exc:
         raise AssignmentError(f"{path}: {field_problems(exc)}") from None
+
+
+class Subject(BaseModel):
+    """What an assignment grades: the module under test (``tinyllm.rnn.<name>``), where a
+    student's repository keeps its tests for it, and the torch goldens (relative to the
+    assignment's folder)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    module: str
+    student_tests: str
+    goldens: str
+    example: str | None = None  # an example student repository, relative to the checkout
+
+
+def subject_of(path: Path) -> Subject:
+    """The subject an assignment's folder names in its ``assignment.toml``.
+
+    Raises:
+        AssignmentError: if the file is invalid or leaves one of ``module``, ``student_tests``
+            and ``goldens`` out.
+    """
+    assignment = load_assignment(path)
+    missing = [name for name in ("module", "student_tests", "goldens") if getattr(assignment, name) is None]
+    if missing:
+        raise AssignmentError(
+            f"{path}: field {', '.join(missing)}: required in an assignment's folder "
+            "(module = \"tinyllm.rnn.x\", student_tests = \"python/tests/...\", goldens = \"goldens/x.npz\")"
+        )
+    return Subject(module=assignment.module, student_tests=assignment.student_tests, goldens=assignment.goldens,
+                   example=assignment.example)

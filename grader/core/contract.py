@@ -1,8 +1,8 @@
 """A module's contract, read from its stub: what a graded run's stand-in offers and what an
 implementation process serves.
 
-The stub (a ``.pyi``, the course's statement of the module: ``reference/tinyllm/rnn/gru.pyi``
-for the GRU) declares the module's public functions and its ``Module`` classes. Nothing of the
+The stub (a ``.pyi``, the course's statement of the module, beside its reference in the shared
+``tinyllm``: ``reference/tinyllm/rnn/<name>.pyi``) declares the module's public functions and its ``Module`` classes. Nothing of the
 grader is written for one module: the stand-in (:mod:`grader.worker.standin`) and the
 implementation process (:mod:`grader.worker.impl`) take their names from here, so a module's
 contract is its folder's stub and nothing else.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from grader.core.protocol import Contract
 
-__all__ = ["ContractError", "read_contract"]
+__all__ = ["ContractError", "read_contract", "stub_imports"]
 
 
 class ContractError(ValueError):
@@ -60,6 +60,28 @@ def read_contract(stub: Path, module: str) -> Contract:
         raise ContractError(f"{stub}: the contract stub declares no public function and no Module class: "
                             f"expected at least one `def name(...)` or `class Name(Module)` at its top level")
     return Contract(module=module, functions=functions, classes=classes, constants=constants)
+
+
+def stub_imports(stub: Path) -> tuple[str, ...]:
+    """The modules a contract stub imports at its top level (``from tinyllm.nn.module import
+    Module``: ``tinyllm.nn.module``), in its order: the modules of the types it names.
+
+    Raises:
+        ContractError: naming the file when it cannot be read or parsed.
+    """
+    try:
+        tree = ast.parse(stub.read_text(encoding="utf-8"), filename=str(stub))
+    except OSError as exc:
+        raise ContractError(f"{stub}: the contract stub cannot be read: {exc.strerror or exc}") from None
+    except SyntaxError as exc:
+        raise ContractError(f"{stub}, line {exc.lineno}: the contract stub is not valid Python: {exc.msg}") from None
+    found: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module != "__future__":
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return tuple(dict.fromkeys(found))
 
 
 def _all(tree: ast.Module) -> set[str] | None:

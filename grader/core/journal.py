@@ -29,7 +29,6 @@ from grader.core.tomlfile import field_problems
 
 __all__ = [
     "FORMAT_VERSION",
-    "GRU_FILE",
     "Journal",
     "JournalEntry",
     "JournalFormatError",
@@ -49,7 +48,6 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-GRU_FILE = "tinyllm/rnn/gru.py"  # the implementation file, relative to the implementation folder
 NO_JOURNAL = "no journal (.tdd/journal.jsonl) was submitted"  # the problem of a submission without one
 
 

@@ -1,8 +1,8 @@
 """The policy step: a static check of a student's test suite, before any of it runs.
 
-Student tests may import only the ``tinyllm`` modules the contract names (the GRU, ``Tensor``,
-``Module`` and ``Parameter``, ``PCG32``), numpy, math, pytest and a few harmless standard
-modules (SPEC §3), and may not use names or attributes that reach behind that interface (SPEC §5
+Student tests may import only the module under test and the ``tinyllm`` modules its contract
+stub imports (the types it names: ``Tensor``, ``Module`` and ``Parameter``, ``PCG32``), numpy,
+math, pytest and a few harmless standard modules (SPEC §3; :func:`policy_for`), and may not use names or attributes that reach behind that interface (SPEC §5
 step 1). Nothing is imported or run.
 
 It is a courtesy, not a wall: it tells a student early, at the exact line and in plain words,
@@ -31,7 +31,7 @@ import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -39,23 +39,22 @@ from grader.core.caps import MAX_ID_CHARS, MAX_LISTED, MAX_TEST_FILE_BYTES, cap_
 from grader.core.policy_code import check_tree
 from grader.core.parsing import parse
 
+if TYPE_CHECKING:
+    from grader.core.paths import Layout
+
 __all__ = [
-    "DEFAULT_ALLOWED_IMPORTS",
+    "STANDARD_IMPORTS",
     "PolicyConfig",
     "PolicyFindings",
     "Violation",
     "check_source",
     "check_suite",
     "find_violations",
+    "policy_for",
 ]
 
-DEFAULT_ALLOWED_IMPORTS: tuple[str, ...] = (
-    "tinyllm.rnn.gru",
-    "tinyllm.autograd.tensor",
-    # The modules of the other types the contract (tinyllm/rnn/gru.pyi) names: Module and
-    # Parameter, and PCG32 for the `rng` argument.
-    "tinyllm.nn.module",
-    "tinyllm.random",
+# What a suite of any assignment may import besides its module and its contract's types.
+STANDARD_IMPORTS: tuple[str, ...] = (
     "numpy",
     # Imports name exact modules; these three submodules are the harmless parts of numpy
     # that tests import directly (`from numpy.testing import assert_allclose`).
@@ -143,7 +142,7 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    allowed_imports: tuple[str, ...] = DEFAULT_ALLOWED_IMPORTS
+    allowed_imports: tuple[str, ...] = STANDARD_IMPORTS
 
     @field_validator("allowed_imports")
     @classmethod
@@ -152,6 +151,20 @@ class PolicyConfig(BaseModel):
         if bad:
             raise ValueError(f"allowed_imports must hold dotted module names, got {bad}")
         return value
+
+
+def policy_for(layout: Layout) -> PolicyConfig:
+    """What a suite for ``layout``'s assignment may import: its module under test, the modules
+    its contract stub imports (the types the contract names), and :data:`STANDARD_IMPORTS`.
+
+    Raises:
+        ContractError: if the stub cannot be read.
+    """
+    from grader.core.contract import stub_imports
+
+    types = [name for name in stub_imports(layout.contract_stub) if name not in STANDARD_IMPORTS]
+    named = (layout.module_under_test, *types, *STANDARD_IMPORTS)
+    return PolicyConfig(allowed_imports=tuple(dict.fromkeys(named)))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ _WHY_FRAMES = (
     "variables; check the exception's type and message instead"
 )
 _WHY_FIXTURE = (
-    "this fixture reaches files, the pytest configuration or other modules, which GRU tests "
+    "this fixture reaches files, the pytest configuration or other modules, which a module's tests "
     "never need"
 )
 _WHY_HOOK = (
@@ -393,7 +393,7 @@ class _Checker(ast.NodeVisitor):
         self._allowed = allowed_imports
         self._why_import = _import_why(allowed_imports)
         self._found = add
-        # `import tinyllm.rnn.gru` binds `tinyllm`, whose other attributes are off limits.
+        # `import tinyllm.rnn.x` binds `tinyllm`, whose other attributes are off limits.
         self._partial_roots: frozenset[str] = frozenset()
         self._parents: dict[ast.AST, ast.AST] = {}
         # `input` is the builtin only where the file does not bind the name itself.
@@ -441,7 +441,7 @@ class _Checker(ast.NodeVisitor):
     def _check_imported_name(self, node: ast.ImportFrom, module: str, name: str) -> None:
         if name == "*":
             self._add(node, f"star import from {module!r}", _WHY_STAR)
-        elif f"{module}.{name}" in self._allowed:  # from tinyllm.rnn import gru
+        elif f"{module}.{name}" in self._allowed:  # from tinyllm.rnn import x
             return
         elif module not in self._allowed:
             self._add(node, f"import of '{module}.{name}'", self._rejected_why(module))
@@ -480,7 +480,7 @@ class _Checker(ast.NodeVisitor):
             self._check_partial_root(node)
 
     def _check_partial_root(self, node: ast.Name) -> None:
-        """`tinyllm.rnn.gru.GRU` is fine after `import tinyllm.rnn.gru`; `tinyllm.nn` is not."""
+        """`tinyllm.rnn.x.Cell` is fine after `import tinyllm.rnn.x`; `tinyllm.nn` is not."""
         parts = [node.id]
         current: ast.AST = node
         while isinstance(parent := self._parents.get(current), ast.Attribute):

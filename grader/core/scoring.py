@@ -46,7 +46,7 @@ __all__ = ["HIDDEN_HINT", "not_graded", "score_suite", "shown_ids", "student_vie
 
 HIDDEN_HINT = (
     "This mutant is hidden: its mistake is not shown. Look for a part of the contract "
-    "(docstring of tinyllm/rnn/gru.pyi) that none of your tests pins down."
+    "(the docstrings of the module's contract stub, its .pyi) that none of your tests pins down."
 )
 
 

@@ -1,6 +1,6 @@
-"""Variants of the reference GRU: the manifest, the patches, and the sources they build.
+"""Variants of an assignment's reference module: the manifest, the patches, and the sources they build.
 
-A variant's source is the reference ``gru.py`` with its unified-diff patch applied, in
+A variant's source is the reference module with its unified-diff patch applied, in
 memory. A patch must apply cleanly (every context and removed line exactly as written; a
 hunk may only have moved), else :class:`PatchError` names the variant and the hunk.
 """
@@ -63,7 +63,7 @@ class VariantSpec(BaseModel):
 
 
 class Variant(BaseModel):
-    """A built variant: its manifest entry and the full source of its ``gru.py``."""
+    """A built variant: its manifest entry and the full source of its module."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -196,7 +196,7 @@ def build_variants(layout: Layout) -> list[Variant]:
         PatchError: if a patch does not apply cleanly.
     """
     manifest = layout.mutants / "manifest.toml"
-    reference = layout.gru_source.read_text(encoding="utf-8")
+    reference = layout.module_source.read_text(encoding="utf-8")
     variants = []
     for spec in load_manifest(manifest):
         if spec.kind is VariantKind.REFERENCE:
@@ -212,7 +212,7 @@ def build_variants(layout: Layout) -> list[Variant]:
 
 
 def export_variant(layout: Layout, variant: Variant, dest: Path) -> Path:
-    """Write the whole reference package with this variant's ``gru.py`` to ``dest/tinyllm``.
+    """Write the whole reference package with this variant's module under test to ``dest/tinyllm``.
 
     Returns:
         ``dest``, which is what to put on ``PYTHONPATH``.
@@ -223,5 +223,5 @@ def export_variant(layout: Layout, variant: Variant, dest: Path) -> Path:
     shutil.copytree(
         layout.reference / "tinyllm", target, ignore=shutil.ignore_patterns("__pycache__")
     )
-    (target / "rnn" / "gru.py").write_text(variant.source, encoding="utf-8")
+    (dest / layout.module_file).write_text(variant.source, encoding="utf-8")
     return dest

@@ -1,7 +1,7 @@
 """Uploaded archives: checked before they are stored, unpacked safely before they are graded.
 
 An archive is a ``.tar.gz`` or a ``.zip`` holding either test files at its root, or a student
-repository with the tests under ``python/tests/l3-3-gru/`` (optionally ``.tdd/`` and
+repository with the tests under ``python/tests/<assignment>/`` (optionally ``.tdd/`` and
 ``python/tinyllm/``), either of them possibly wrapped in one folder (``zip -r sub.zip mytests``);
 the ``.`` entry and ``./`` prefixes that ``tar -C dir .`` writes are the archive's root.
 
@@ -26,12 +26,12 @@ import zipfile
 import zlib
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Callable, Iterator
 
 __all__ = ["ArchiveError", "ArchiveLimits", "Member", "SubmissionFiles", "check_archive", "unpack"]
 
-STUDENT_TESTS = "python/tests/l3-3-gru"
+STUDENT_ROOT = "python/tests/"  # where a repository keeps its tests (python/tests/<assignment>/)
 JOURNAL = ".tdd/journal.jsonl"
 _CHUNK = 64 * 1024
 _SHOWN = 400  # characters of a member's name a message quotes
@@ -213,7 +213,7 @@ def _wrapper(entries: list[_Entry]) -> str:
     [top] = tops
     if any(e.name == top and not e.is_dir for e in entries):
         return ""  # a single file, not a folder
-    if any(e.name.startswith(STUDENT_TESTS + "/") for e in entries):
+    if any(e.name.startswith(STUDENT_ROOT) for e in entries):
         return ""
     return top + "/"
 
@@ -252,9 +252,10 @@ def _discard(_name: str, chunks: Iterator[bytes]) -> None:
         pass
 
 
-def _scan(data: bytes, limits: ArchiveLimits, sink: Sink) -> list[Member]:
+def _scan(data: bytes, limits: ArchiveLimits, sink: Sink, tests: PurePosixPath | None = None) -> list[Member]:
     """Check the archive and hand each file member's data, as it is read and checked, to
-    ``sink`` under its name without the wrapping folder; the file members, so named."""
+    ``sink`` under its name without the wrapping folder; the file members, so named. ``tests``:
+    where a repository keeps its tests (the assignment's), for the message that names it."""
     if len(data) > limits.max_bytes:
         raise ArchiveError(f"the archive is {len(data)} bytes; at most {limits.max_bytes} are accepted", 413)
     with _listed(data, limits) as entries:
@@ -264,26 +265,29 @@ def _scan(data: bytes, limits: ArchiveLimits, sink: Sink) -> list[Member]:
         if total > limits.max_unpacked:
             raise ArchiveError(f"the archive unpacks to {total} bytes; at most {limits.max_unpacked} are accepted", 413)
         if not any(e.name.endswith(".py") for e in files):
-            raise ArchiveError("the archive holds no Python file: expected test files, or python/tests/l3-3-gru/")
+            where = f"{tests}/" if tests is not None else f"{STUDENT_ROOT}<assignment>/"
+            raise ArchiveError(f"the archive holds no Python file: expected test files, or {where}")
         wrapper = _wrapper(entries)
         for entry in files:
             sink(entry.name.removeprefix(wrapper), _read(entry))
     return [Member(e.name.removeprefix(wrapper), e.size) for e in files]
 
 
-def check_archive(data: bytes, limits: ArchiveLimits) -> list[Member]:
+def check_archive(data: bytes, limits: ArchiveLimits, *, tests: PurePosixPath | None = None) -> list[Member]:
     """Every file member of the archive, named as it will be unpacked (without a wrapping
-    folder), if it keeps every rule; every member is read to its end to know.
+    folder), if it keeps every rule; every member is read to its end to know. ``tests``: where
+    the assignment's repositories keep their tests, for the messages.
 
     Raises:
         ArchiveError: naming the member and the rule (413 when too large, 415 when not an archive).
     """
-    return _scan(data, limits, _discard)
+    return _scan(data, limits, _discard, tests)
 
 
-def unpack(data: bytes, dest: Path, limits: ArchiveLimits) -> SubmissionFiles:
+def unpack(data: bytes, dest: Path, limits: ArchiveLimits, *, tests: PurePosixPath) -> SubmissionFiles:
     """Check and unpack an archive into ``dest`` (empty), without its wrapping folder, and
-    say where its parts are.
+    say where its parts are: its tests at ``tests`` (the assignment's ``student_tests``), if
+    it has them there.
 
     Raises:
         ArchiveError: as :func:`check_archive` (``dest`` may then hold part of the archive).
@@ -296,13 +300,13 @@ def unpack(data: bytes, dest: Path, limits: ArchiveLimits) -> SubmissionFiles:
             for chunk in chunks:
                 out.write(chunk)
 
-    _scan(data, limits, write)
-    tests = dest / STUDENT_TESTS
+    _scan(data, limits, write, tests)
+    found = dest / tests
     journal = dest / JOURNAL
     impl = dest / "python"
     return SubmissionFiles(
         root=dest,
-        tests=tests if tests.is_dir() else dest,
+        tests=found if found.is_dir() else dest,
         journal=journal if journal.is_file() else None,
         implementation=impl if (impl / "tinyllm").is_dir() else None,
     )

@@ -1,15 +1,15 @@
-"""A supplementary pool of automatic mutants of the reference GRU, made by mutmut 3.
+"""A supplementary pool of automatic mutants of an assignment's reference module, made by mutmut 3.
 
 The pool is for staff review only and never enters a pass/fail decision: it shows which
-mechanical changes of ``gru.py`` the course suite kills, and the diffs of those it misses.
+mechanical changes of the module the course suite kills, and the diffs of those it misses.
 
 mutmut 3 works in the project it is started in and writes a folder called ``mutants/`` there,
-which would collide with mutagrade's own ``mutants/``. So every run stages a fresh src-style
+which would collide with any folder of that name. So every run stages a fresh src-style
 project in a folder of its own (``src/tinyllm`` copied from the reference, ``tests/`` copied
 from the course tests, a ``pyproject.toml`` whose ``[tool.mutmut]`` restricts mutation to
-``gru.py``) and runs mutmut there, in a subprocess of this interpreter.
+the module under test) and runs mutmut there, in a subprocess of this interpreter.
 
-The committed pool, ``mutants/auto_pool.json``, must be regenerated whenever ``gru.py``
+The committed pool, ``auto_pool.json`` of the assignment's folder, must be regenerated whenever the module under test
 changes (a test compares its hash)::
 
     python -c "from grader.flows.automutants import *; from grader.core.paths import default_layout as d; \
@@ -78,14 +78,14 @@ class AutoMutantError(RuntimeError):
 
 
 class AutoPool(BaseModel):
-    """The result of one mutmut run over the reference ``gru.py`` with the course suite."""
+    """The result of one mutmut run over the reference module with the course suite."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mutmut_version: str
     source: str  # the mutated file, relative to the checkout root
-    source_sha256: str  # of the gru.py the mutants were made from
-    selection: list[str] = []  # the functions mutated ("gru_cell", "GRU.forward"); [] = all
+    source_sha256: str  # of the module's source the mutants were made from
+    selection: list[str] = []  # the functions mutated ("cell", "Cell.forward"); [] = all
     killed: list[str]
     survived: list[str]
     other: dict[str, str] = {}  # mutant -> mutmut's status: timeout, suspicious, no tests, ...
@@ -111,26 +111,26 @@ class AutoPool(BaseModel):
 
 
 def pool_path(layout: Layout) -> Path:
-    """Where the committed pool lives: ``mutants/auto_pool.json``."""
+    """Where the committed pool lives: ``auto_pool.json`` of the assignment's folder."""
     return layout.mutants / POOL_FILE
 
 
 def mutant_pattern(layout: Layout, function: str) -> str:
-    """The glob of mutmut's names for the mutants of one function of ``gru.py``.
+    """The glob of mutmut's names for the mutants of one function of the module under test.
 
     Args:
-        layout: the checkout whose ``gru.py`` is mutated (it names the module).
-        function: ``"gru_cell"`` for a module-level function, ``"GRU.forward"`` for a method.
+        layout: the checkout whose module under test is mutated (it names the module).
+        function: ``"cell"`` for a module-level function, ``"Cell.forward"`` for a method.
 
     Returns:
-        A pattern such as ``tinyllm.rnn.gru.x_gru_cell__mutmut_*``.
+        A pattern such as ``tinyllm.rnn.name.x_cell__mutmut_*``.
 
     Raises:
         ValueError: if ``function`` is not a name or a ``Class.method`` name.
     """
     if not isinstance(function, str) or not _FUNCTION_NAME.match(function):
         raise ValueError(
-            f"function must be a name like 'gru_cell' or 'GRU.forward', got {function!r}"
+            f"function must be a name like 'cell' or 'Cell.forward', got {function!r}"
         )
     owner, _, name = function.rpartition(".")
     mangled = f"x{_CLASS_SEPARATOR}{owner}{_CLASS_SEPARATOR}{name}" if owner else f"x_{name}"
@@ -146,14 +146,14 @@ def run_auto_mutants(
     timeout_s: float = 1800.0,
     tests: Path | None = None,
 ) -> AutoPool:
-    """Stage the reference and the course tests, run mutmut on ``gru.py``, and collect the pool.
+    """Stage the reference and the course tests, run mutmut on the module under test, and collect the pool.
 
     Args:
         layout: the checkout to take ``reference/tinyllm``, the course tests and goldens from.
         workdir: an empty (or missing) folder to stage in, kept afterwards for inspection;
             a temporary folder, removed afterwards, when omitted.
         max_children: how many mutants mutmut tests at once.
-        functions: only mutate these functions of ``gru.py`` (see :func:`mutant_pattern`);
+        functions: only mutate these functions of the module under test (see :func:`mutant_pattern`);
             all of them when empty.
         timeout_s: wall-clock limit of the whole mutmut run.
         tests: the suite to kill them with (a folder of test files); the course tests when
@@ -175,7 +175,7 @@ def run_auto_mutants(
         raise ValueError(f"functions must be a sequence of names, got the string {functions!r}")
     patterns = [mutant_pattern(layout, function) for function in functions]
     tests = Path(tests) if tests is not None else layout.course_tests
-    for path in (layout.gru_source, tests, layout.goldens):
+    for path in (layout.module_source, tests, layout.goldens):
         if not path.exists():
             raise FileNotFoundError(f"{path} must exist to make the automatic mutants, got nothing")
     version = _mutmut_version()
@@ -193,7 +193,7 @@ def run_auto_mutants(
 
 
 def write_pool(layout: Layout, pool: AutoPool) -> Path:
-    """Write ``pool`` to ``mutants/auto_pool.json`` as pretty JSON with sorted keys.
+    """Write ``pool`` to ``auto_pool.json`` of the assignment's folder as pretty JSON with sorted keys.
 
     Returns:
         The path written.
@@ -206,7 +206,7 @@ def write_pool(layout: Layout, pool: AutoPool) -> Path:
 
 
 def load_pool(layout: Layout) -> AutoPool | None:
-    """The pool in ``mutants/auto_pool.json``, or None if none was written.
+    """The pool in ``auto_pool.json`` of the assignment's folder, or None if none was written.
 
     Raises:
         pydantic.ValidationError: if the file is not a valid pool.
@@ -219,7 +219,7 @@ def load_pool(layout: Layout) -> AutoPool | None:
 
 # ----------------------------------------------------------------------------- staging
 def _module_name(layout: Layout) -> str:
-    return ".".join(layout.gru_source.relative_to(layout.reference).with_suffix("").parts)
+    return ".".join(layout.module_source.relative_to(layout.reference).with_suffix("").parts)
 
 
 def _mutmut_version() -> str:
@@ -236,20 +236,20 @@ def _mutmut_version() -> str:
 
 
 def _stage(layout: Layout, stage: Path, tests: Path) -> tuple[str, str]:
-    """Lay out the src-style project mutmut expects; the staged gru.py's path and sha256."""
+    """Lay out the src-style project mutmut expects; the staged module's path and sha256."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    package = layout.gru_source.relative_to(layout.reference).parts[0]
+    package = layout.module_source.relative_to(layout.reference).parts[0]
     shutil.copytree(layout.reference / package, stage / "src" / package, ignore=ignore)
     shutil.copytree(tests, stage / "tests", ignore=ignore)
 
-    # Read gru.py once and write those very bytes, so the hash names what was mutated even if
+    # Read the module once and write those very bytes, so the hash names what was mutated even if
     # the checkout's file changes during the copy.
-    source = layout.gru_source.read_bytes()
-    relative = (Path("src") / layout.gru_source.relative_to(layout.reference)).as_posix()
+    source = layout.module_source.read_bytes()
+    relative = (Path("src") / layout.module_source.relative_to(layout.reference)).as_posix()
     (stage / relative).write_bytes(source)
 
     # source_paths is all of src/ so the rest of tinyllm is importable beside the mutated file;
-    # only_mutate keeps mutation to gru.py. Git change detection off: the stage is no repository.
+    # only_mutate keeps mutation to the module under test. Git change detection off: the stage is no repository.
     (stage / "pyproject.toml").write_text(
         "[tool.mutmut]\n"
         'source_paths = ["src"]\n'
@@ -365,7 +365,7 @@ def _run_in(
     diffs = _survivor_diffs(survived, stage=stage, env=env)
     return AutoPool(
         mutmut_version=version,
-        source=layout.gru_source.relative_to(layout.root).as_posix(),
+        source=layout.module_source.relative_to(layout.root).as_posix(),
         source_sha256=digest,
         selection=functions,
         killed=killed,

@@ -4,8 +4,10 @@ The zip holds, at its root, ``setup.sh`` and ``run_autograder`` (``scripts/grade
 what ``setup.sh`` installs mutagrade from: either this checkout (``mutagrade/``: the grader, the
 reference, the mutants, the assignment; installed editable, as the grader finds its material
 beside its code), or the file ``repository`` (the course's repository URL, then a branch or tag
-on a second line), which ``setup.sh`` clones. An assignment file given replaces the checkout's
-``mutants/assignment.toml`` (``assignment.toml`` beside the scripts when the checkout is cloned).
+on a second line), which ``setup.sh`` clones. The file ``assignment`` names the assignment
+graded (its folder under ``assignments/``): ``run_autograder`` grades by it. An assignment file
+given replaces that assignment's ``assignment.toml`` (``assignment.toml`` beside the scripts when
+the checkout is cloned).
 
 The zip is the same byte for byte for the same checkout: its entries are sorted and dated
 1980-01-01, with their modes (the scripts 0755). The command also says the points to set the
@@ -25,13 +27,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.core.paths import Layout
+from grader.core.paths import Layout, rules_file
 from grader.report.gradescope import gradescope_points
 
 __all__ = ["BundleError", "BundleSummary", "build_gradescope_bundle", "run_bundle_command"]
 
 # What an installable checkout is made of (pyproject.toml names README.md as its readme).
-CHECKOUT_PARTS = ("pyproject.toml", "README.md", "grader", "api", "reference", "mutants", "fixtures", "scripts")
+CHECKOUT_PARTS = ("pyproject.toml", "README.md", "grader", "api", "reference", "assignments", "scripts")
 _SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
 _SKIPPED_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 SCRIPTS = ("setup.sh", "run_autograder")
@@ -90,7 +92,10 @@ def build_gradescope_bundle(
         raise BundleError(f"--ref: expected a branch or tag name (letters, digits, '.', '_', '-', '/'), found {ref!r}")
     if not output.parent.is_dir():
         raise BundleError(f"{output.parent}: no such folder to write the bundle into")
-    for part in ("grader", "reference", "mutants/manifest.toml", "scripts/setup-sandbox.sh"):
+    if not layout.assignment_dir.resolve().is_relative_to((layout.root / "assignments").resolve()):
+        raise BundleError(f"{layout.assignment_dir}: a bundled assignment is a folder of {layout.root / 'assignments'}")
+    manifest = (layout.mutants / "manifest.toml").relative_to(layout.root).as_posix()
+    for part in ("grader", "reference", manifest, "scripts/setup-sandbox.sh"):
         if not (layout.root / part).exists():
             raise BundleError(f"{layout.root}: not a whole mutagrade checkout: {part} is missing")
     scripts = layout.root / "scripts" / "gradescope"
@@ -108,6 +113,7 @@ def build_gradescope_bundle(
     points = gradescope_points(sum(v.kind is VariantKind.MUTANT for v in variants))
 
     entries: list[tuple[str, bytes, int]] = [(name, (scripts / name).read_bytes(), 0o755) for name in SCRIPTS]
+    entries.append(("assignment", f"{layout.assignment_name}\n".encode(), 0o644))
     if repository is not None:
         entries.append(("repository", f"{repository}\n{ref or ''}\n".encode().replace(b"\n\n", b"\n"), 0o644))
         if assignment_text is not None:
@@ -117,7 +123,7 @@ def build_gradescope_bundle(
         tree = _checkout_files(layout.root, skip={output.resolve()})
         for relative, path in tree:
             data = path.read_bytes()
-            if relative == "mutants/assignment.toml" and assignment_text is not None:
+            if path.resolve() == layout.assignment.resolve() and assignment_text is not None:
                 data = assignment_text
             entries.append((f"mutagrade/{relative}", data, 0o755 if os.access(path, os.X_OK) else 0o644))
         source = f"the copy of {layout.root} inside it (mutagrade/)"
@@ -180,14 +186,15 @@ def run_bundle_command(args: argparse.Namespace, layout: Layout) -> int:
             Path(args.output),
             repository=args.repository,
             ref=args.ref,
-            assignment=Path(args.assignment) if args.assignment else None,
+            # A rules file given replaces the assignment's own; a name or folder is the layout's.
+            assignment=rules if (rules := rules_file(layout, args.assignment)) != layout.assignment else None,
         )
     except (BundleError, AssignmentError, ManifestError, OSError) as exc:
         print(f"mutagrade: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {summary.path} ({summary.files} files, {summary.size / 1024:.0f} KiB)")
     print(f"setup.sh installs mutagrade from {summary.source}, and its sandbox;")
-    print("run_autograder grades /autograder/submission as the service takes an upload (python/tests/l3-3-gru/ "
+    print(f"run_autograder grades /autograder/submission as the service takes an upload ({layout.student_tests}/ "
           "and .tdd/, or test files at its top, either possibly in one wrapping folder)")
     print("upload it as the autograder of a Gradescope programming assignment (an Ubuntu 22.04 or 24.04 base image)")
     print(f"Set the assignment's points to {summary.points:g} on Gradescope: results.json scores out of "

@@ -5,7 +5,9 @@ the reference (twice, under two hash seeds) and every wheat pass every course te
 mutant is killed, confirmed by a second run, by each course test of its ``caught_by``; and no
 mutant is equivalent: the reference and the wheats match torch (the stored goldens, and live
 torch where installed) and hold every contract property, while each mutant differs from
-torch on at least one case or breaks the property its ``differs_on`` names.
+torch on at least one case or breaks the property its ``differs_on`` names. The comparison
+with torch and the contract properties are the assignment's own: ``PROPERTIES``,
+``golden_deviations`` and ``live_deviations`` of its ``goldens/compare.py``.
 """
 
 from __future__ import annotations
@@ -14,17 +16,9 @@ import time
 import types
 from typing import Callable
 
-import numpy as np
 from pydantic import BaseModel
 
-from grader.flows.golden import (
-    CaseDeviation,
-    golden_deviations,
-    live_deviations,
-    load_goldens,
-    load_implementation,
-    torch_available,
-)
+from grader.flows.golden import CaseDeviation, load_comparison, load_goldens, load_implementation, torch_available
 from grader.core.assignment import load_assignment
 from grader.core.paths import Layout
 from grader.core.matrix import Matrix
@@ -34,57 +28,7 @@ from grader.run.runner import RunLimits
 from grader.core.variants import Variant, VariantKind, build_variants
 from grader.sandbox.base import SandboxMode
 
-__all__ = ["PROPERTIES", "CalibrationReport", "VariantCalibration", "calibrate", "render_text"]
-
-
-# ------------------------------------------------------------- contract properties
-def _orthogonal_blocks(impl: types.ModuleType) -> bool:
-    """Each of the three recurrent gate blocks is orthogonal at initialisation."""
-    hidden = 6
-    state = impl.GRU(5, hidden, num_layers=2).state_dict()
-    for k in range(2):
-        w_hh = np.asarray(state[f"weight_hh_l{k}"], dtype=np.float64)
-        for gate in range(3):
-            block = w_hh[gate * hidden : (gate + 1) * hidden]
-            if not np.allclose(block @ block.T, np.eye(hidden), atol=1e-5):
-                return False
-    return True
-
-
-def _random_weights(gru: object, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {k: rng.uniform(-0.5, 0.5, size=v.shape) for k, v in gru.state_dict().items()}
-
-
-def _no_dropout_after_last_layer(impl: types.ModuleType) -> bool:
-    """A 1-layer GRU with dropout gives the same outputs in training and evaluation mode."""
-    gru = impl.GRU(4, 5, num_layers=1, dropout=0.5)
-    gru.load_state_dict(_random_weights(gru, 1))
-    x = np.random.default_rng(2).normal(size=(4, 3, 4))
-    train_out, _ = gru.train()(x)
-    eval_out, _ = gru.eval()(x)
-    return bool(np.array_equal(train_out.data, eval_out.data))
-
-
-def _no_dropout_in_eval(impl: types.ModuleType) -> bool:
-    """In evaluation mode a 2-layer GRU with dropout equals one without dropout."""
-    noisy = impl.GRU(4, 5, num_layers=2, dropout=0.5)
-    plain = impl.GRU(4, 5, num_layers=2, dropout=0.0)
-    weights = _random_weights(noisy, 3)
-    noisy.load_state_dict(weights)
-    plain.load_state_dict(weights)
-    x = np.random.default_rng(4).normal(size=(4, 3, 4))
-    a, _ = noisy.eval()(x)
-    b, _ = plain.eval()(x)
-    return bool(np.allclose(a.data, b.data, atol=1e-12))
-
-
-# The contract properties torch's goldens cannot see, by the name ``differs_on`` uses.
-PROPERTIES: dict[str, Callable[[types.ModuleType], bool]] = {
-    "orthogonal_blocks": _orthogonal_blocks,
-    "dropout_last_layer": _no_dropout_after_last_layer,
-    "dropout_in_eval": _no_dropout_in_eval,
-}
+__all__ = ["CalibrationReport", "VariantCalibration", "calibrate", "render_text"]
 
 
 # ------------------------------------------------------------------------- results
@@ -198,13 +142,15 @@ def calibrate(layout: Layout, *, sandbox: SandboxMode = SandboxMode.AUTO, live: 
                     )
 
     goldens = load_goldens(layout.goldens)
+    compare = load_comparison(layout.golden_code)
+    properties_of: dict[str, Callable[[types.ModuleType], bool]] = getattr(compare, "PROPERTIES", {})
     results = []
     for variant in variants:
         impl = load_implementation(variant.source, layout.reference, f"mutagrade_variant_{variant.id}")
-        golden = golden_deviations(impl, goldens)
-        live_cases = live_deviations(impl, seed=0, cases=4) if live else []
+        golden = compare.golden_deviations(impl, goldens)
+        live_cases = compare.live_deviations(impl, seed=0, cases=4) if live else []
         properties = {}
-        for prop, check in PROPERTIES.items():
+        for prop, check in properties_of.items():
             try:
                 properties[prop] = check(impl)
             except Exception:  # noqa: BLE001 - raising breaks the property as surely as failing
@@ -218,10 +164,10 @@ def calibrate(layout: Layout, *, sandbox: SandboxMode = SandboxMode.AUTO, live: 
                     proof = f"differs from torch on {len(differing)} case(s), first {c.case}: {c.worst} off by {c.deviation:.3g}"
                 else:
                     problems.append(f"variant {variant.id}: equivalent? it matches torch on every golden case")
-            elif variant.spec.differs_on not in PROPERTIES:
+            elif variant.spec.differs_on not in properties_of:
                 problems.append(
                     f"variant {variant.id}: field differs_on: expected 'goldens' or one of "
-                    f"{sorted(PROPERTIES)}, got {variant.spec.differs_on!r}"
+                    f"{sorted(properties_of)} (PROPERTIES of {layout.golden_code}), got {variant.spec.differs_on!r}"
                 )
             elif properties[variant.spec.differs_on]:
                 problems.append(f"variant {variant.id}: equivalent? the property {variant.spec.differs_on} still holds")

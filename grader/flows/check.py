@@ -1,8 +1,8 @@
 """``mutagrade check``: the student's one command before submitting.
 
-The course tests against the student's own implementation (goldens from the fixtures, and live
-``torch.nn.GRU`` on the CPU where torch is installed), the red-then-green journal, and the
-mutation grade of the student's tests: one report, one verdict.
+The course tests against the student's own implementation (the assignment's goldens, and live
+torch on the CPU where torch is installed: the ``live_deviations`` of its ``goldens/compare.py``),
+the red-then-green journal, and the mutation grade of the student's tests: one report, one verdict.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from grader.core.errors import GradingInputError
 from grader.flows.golden import torch_available
-from grader.core.journal import GRU_FILE
 from grader.flows.replay import run_snapshot, verify_journal
 from grader.core.models import CourseTestResult, ImplementationCheck, JournalSummary, Outcome, Report, WorkerRun
 from grader.core.paths import Layout
@@ -28,17 +27,22 @@ if TYPE_CHECKING:
 __all__ = ["LIVE_TORCH_TEST", "check_implementation", "check_journal", "check_repo"]
 
 # Run in the sandboxed worker with the student's package installed: live torch, fresh cases.
-LIVE_TORCH_TEST = '''"""Your GRU against live torch.nn.GRU on fresh random cases (float64, CPU)."""
+# Filled in with the module under test and the assignment's comparison (goldens/compare.py).
+LIVE_TORCH_TEST = '''"""Your {module} against live torch on fresh random cases (float64, CPU)."""
 
-import tinyllm.rnn.gru as gru
+import importlib
+from pathlib import Path
 
-from grader.flows.golden import live_deviations
+from grader.flows.golden import load_comparison
+
+implementation = importlib.import_module({module!r})
 
 
 def test_matches_live_torch():
-    cases = live_deviations(gru, seed=20261202, cases=6)
-    off = [f"{c.case}: {c.worst} off by {c.deviation:.3g}" for c in cases if not c.matches]
-    assert not off, "differs from torch.nn.GRU: " + "; ".join(off)
+    compare = load_comparison(Path({code!r}))
+    cases = compare.live_deviations(implementation, seed=20261202, cases=6)
+    off = [f"{{c.case}}: {{c.worst}} off by {{c.deviation:.3g}}" for c in cases if not c.matches]
+    assert not off, "differs from torch: " + "; ".join(off)
 '''
 TORCH_MEMORY = 6 * 1024**3  # torch reserves far more address space than it uses
 
@@ -50,18 +54,19 @@ def check_implementation(
     the ``tinyllm`` package in ``impl_dir``.
 
     Raises:
-        GradingInputError: if ``impl_dir`` holds no ``tinyllm/rnn/gru.py``.
+        GradingInputError: if ``impl_dir`` holds no module under test (``layout.module_file``).
     """
-    gru = impl_dir / GRU_FILE
-    if not gru.is_file():
-        raise GradingInputError(f"{gru}: no implementation; expected your tinyllm package in {impl_dir}")
-    live = torch_available() if live is None else live
-    run = WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))
+    module = impl_dir / layout.module_file
+    if not module.is_file():
+        raise GradingInputError(f"{module}: no implementation; expected your tinyllm package in {impl_dir}")
+    live = torch_available() and layout.golden_code.is_file() if live is None else live
+    run = WorkerRun(variant="yours", source=module.read_text(encoding="utf-8"))
     # The course's own tests: their conftest (the goldens fixture) is trusted.
     runs = run_snapshot(layout, layout.course_tests, impl_dir, replace(limits, conftests=True), [run])
     if live:
         with tempfile.TemporaryDirectory(prefix="mutagrade-live-") as tmp:
-            (Path(tmp) / "test_live_torch.py").write_text(LIVE_TORCH_TEST)
+            test = LIVE_TORCH_TEST.format(module=layout.module_under_test, code=str(layout.golden_code.resolve()))
+            (Path(tmp) / "test_live_torch.py").write_text(test)
             # Importing torch is not the student's time: the comparison gets a minute at least.
             bound = limits.limits
             torch_limits = replace(limits, jobs=1, limits=bound.model_copy(update={

@@ -1,14 +1,11 @@
-"""``mutagrade demo``: the course tests on the reference, the chapter's hand example, and the
-bundled student suite graded by mutation."""
+"""``mutagrade demo``: the course tests on the reference, the chapter's hand example (the
+assignment's ``hand_example`` in ``goldens/compare.py``), and the bundled student suite graded
+by mutation (the assignment's ``example`` repository)."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from grader.core.assignment import load_assignment
-from grader.flows.golden import load_implementation
+from grader.flows.golden import load_comparison, load_implementation
 from grader.flows.grading import grade_suite
 from grader.flows.replay import verify_journal
 from grader.core.models import Outcome, WorkerRun
@@ -18,7 +15,7 @@ from grader.run.runner import RunLimits, run_suites
 from grader.sandbox.base import SETUP_SCRIPT, SandboxMode, SandboxStatus
 from grader.sandbox.status import sandbox_status
 
-__all__ = ["demo_sandbox", "hand_example", "run_demo"]
+__all__ = ["demo_sandbox", "run_demo"]
 
 
 def demo_sandbox(status: SandboxStatus) -> tuple[SandboxMode, str | None]:
@@ -40,26 +37,6 @@ def demo_sandbox(status: SandboxStatus) -> tuple[SandboxMode, str | None]:
     )
 
 
-def hand_example(layout: Layout) -> tuple[float, float]:
-    """h′ and ∂h′/∂h of the chapter's worked example, computed by the reference.
-
-    One unit, x = 1, h = 0.5, W_ih = 0, b_ih = [0, ln 3, 0], W_hh = [0, 0, 1]ᵀ, b_hh = [0, 0, 1].
-    """
-    gru = load_implementation(layout.gru_source.read_text(), layout.reference, "mutagrade_demo_gru")
-    Tensor = gru.Tensor
-    h = Tensor(np.array([[0.5]]), requires_grad=True)
-    out = gru.gru_cell(
-        Tensor(np.array([[1.0]])),
-        h,
-        Tensor(np.zeros((3, 1))),
-        Tensor(np.array([[0.0], [0.0], [1.0]])),
-        Tensor(np.array([0.0, math.log(3.0), 0.0])),
-        Tensor(np.array([0.0, 0.0, 1.0])),
-    )
-    out.sum().backward()
-    return float(out.data[0, 0]), float(h.grad[0, 0])
-
-
 def run_demo(layout: Layout) -> int:
     """The course tests on the reference, the hand example, then the bundled student's suite
     graded by mutation; 0 if the course tests pass and the example is graded as passing."""
@@ -68,7 +45,7 @@ def run_demo(layout: Layout) -> int:
         print(why)
         print()
     assignment = load_assignment(layout.assignment)
-    source = layout.gru_source.read_text()
+    source = layout.module_source.read_text()
     [run] = run_suites(
         layout=layout,
         tests_dir=layout.course_tests,
@@ -77,7 +54,7 @@ def run_demo(layout: Layout) -> int:
         # The course's own tests: their conftest is trusted.
         limits=RunLimits.of(assignment, sandbox=mode, conftests=True),
     )
-    print(f"Course tests ({layout.course_tests}) on the reference GRU:")
+    print(f"Course tests ({layout.course_tests}) on the reference {layout.module_under_test}:")
     for result in run.results:
         mark = "PASS" if result.outcome is Outcome.PASSED else result.outcome.value.upper()
         print(f"  {mark:<7} {result.test_id}")
@@ -87,16 +64,18 @@ def run_demo(layout: Layout) -> int:
         print(f"  problem: {problem}")
     print(f"{passed} passed, {len(run.results) - passed} failed")
 
-    h_next, grad = hand_example(layout)
-    print()
-    print("Hand example (one unit, x = 1, h = 0.5, b_ih = [0, ln 3, 0], W_hh = [0, 0, 1]ᵀ, b_hh = [0, 0, 1]):")
-    print("  r = σ(0) = 0.5,  z = σ(ln 3) = 0.75,  n = tanh(0 + 0.5 × 1.5) = 0.635149")
-    print(f"  h′ = 0.25 × n + 0.75 × 0.5 = {h_next:.6f}")
-    print(f"  ∂h′/∂h = z + (1 − z)(1 − n²) r W_hn = {grad:.6f}")
+    compare = load_comparison(layout.golden_code)
+    if hasattr(compare, "hand_example"):
+        impl = load_implementation(source, layout.reference, f"mutagrade_demo_{layout.assignment_name}")
+        print()
+        print("\n".join(compare.hand_example(impl)))
     ok = passed == len(run.results) > 0 and not any(problems)
 
-    student = layout.examples / "student"
-    tests = student / "python" / "tests" / "l3-3-gru"
+    student = layout.example_student
+    if student is None:
+        print(f"\n{layout.assignment}: names no example repository (example = ...): nothing to grade")
+        return 0 if ok else 1
+    tests = student / layout.student_tests
     journal_path = student / ".tdd" / "journal.jsonl"
     print()
     print(

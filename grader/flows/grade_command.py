@@ -27,6 +27,7 @@ __all__ = ["render_report", "run_grade"]
 def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | None) -> int:
     """Grade ``args.tests_dir`` (a folder or an archive) as ``args`` say; returns the exit code."""
     from grader.core.assignment import load_assignment
+    from grader.core.paths import rules_file
 
     if not gc.isenabled():
         # The command's own process: the collector was off while the grader was imported (see
@@ -36,7 +37,7 @@ def run_grade(args: argparse.Namespace, layout: Layout, launched: Launched | Non
         # as it is.
         gc.freeze()
         gc.enable()
-    assignment = load_assignment(Path(args.assignment) if args.assignment else layout.assignment)
+    assignment = load_assignment(rules_file(layout, args.assignment))
     limits = RunLimits.of(assignment, jobs=args.jobs, sandbox=args.sandbox)
     journal = Path(args.journal) if args.journal else None
     with open_submission(Path(args.tests_dir), layout=layout, assignment=assignment, limits=limits,

@@ -22,7 +22,7 @@ from grader.core.errors import GradingInputError
 from grader.run.launch import Launched
 from grader.core.models import Audience, Budget, JournalSummary, Outcome, PolicySummary, Report, Timing
 from grader.core.paths import Layout
-from grader.core.policy import find_violations
+from grader.core.policy import find_violations, policy_for
 from grader.run.runner import GradingBudget, RunLimits
 from grader.run.scheduler import WorkerPool, run_matrix
 from grader.sandbox.base import SandboxMode
@@ -140,7 +140,7 @@ def _grade(
     name = cap_text(submission or str(tests_dir))
     variants = build_variants(layout)
     if policy:
-        findings = find_violations(tests_dir)
+        findings = find_violations(tests_dir, policy_for(layout))
         summary = PolicySummary(ok=not findings.total, checked=True, violations=[cap_text(str(v)) for v in findings.violations],
                                 violations_omitted=findings.omitted, syntax_errors=findings.syntax_errors)
     else:

@@ -6,7 +6,7 @@ A submission is a folder or an archive (``.zip``, ``.tar.gz``, ``.tgz``; or an u
 an archive checked and unpacked by :mod:`grader.flows.archive` (the service's own check) into a
 temporary folder that lives as long as the submission is open. Its tests are in one place:
 
-1. ``python/tests/l3-3-gru/`` of a student repository;
+1. ``python/tests/<assignment>/`` of a student repository (the assignment's ``student_tests``);
 2. else the top, where test files lie (and the folders below it, as pytest collects them);
 
 either after one wrapping folder is taken off (the only entry at the top, as ``zip -r sub.zip
@@ -35,7 +35,7 @@ import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from grader.core.errors import GradingInputError
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ARCHIVE_SUFFIXES",
     "JOURNAL",
-    "STUDENT_TESTS",
     "Located",
     "OpenSubmission",
     "OpenTests",
@@ -63,11 +62,13 @@ __all__ = [
 ]
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
-STUDENT_TESTS = Path("python", "tests", "l3-3-gru")
 JOURNAL = Path(".tdd", "journal.jsonl")
 _TEST_FILES = ("test_*.py", "*_test.py")  # pytest's, as grader.core.copies.TEST_FILE_PATTERNS (not imported: heavy)
 _NOT_GRADED = frozenset({"__pycache__", ".git"})  # no intake grades them (Gradescope's packing leaves them out)
-_ACCEPTED = "at the top, in one folder that holds everything, or in python/tests/l3-3-gru/ of a repository"
+
+
+def _accepted(tests: PurePosixPath) -> str:
+    return f"at the top, in one folder that holds everything, or in {tests}/ of a repository"
 
 
 def is_archive_name(name: str) -> bool:
@@ -128,19 +129,20 @@ class OpenTests:
     relabel: Callable[[str], str] = str
 
 
-def locate(folder: Path, *, unwrap: bool = True) -> Located:
+def locate(folder: Path, tests: PurePosixPath, *, unwrap: bool = True) -> Located:
     """Where the submission in ``folder`` keeps its tests (reads the folder, checks nothing).
 
     Args:
+        tests: where a repository keeps them (the assignment's ``student_tests``).
         unwrap: take off one wrapping folder (an archive's was taken off as it was unpacked).
     """
     top = folder
-    if unwrap and not (folder / STUDENT_TESTS).is_dir():
+    if unwrap and not (folder / tests).is_dir():
         entries = [entry for entry in folder.iterdir() if entry.name not in _NOT_GRADED]
         if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
             top = entries[0]
-    tests = top / STUDENT_TESTS
-    return Located(top, tests if tests.is_dir() else top)
+    found = top / tests
+    return Located(top, found if found.is_dir() else top)
 
 
 @contextmanager
@@ -171,7 +173,7 @@ def open_submission(
             submission, and the member or folders).
         SandboxUnavailable: the journal's replay needs a sandbox layer this machine lacks.
     """
-    with open_tests(source, label=label, archive_limits=archive_limits) as opened:
+    with open_tests(source, tests=layout.student_tests, label=label, archive_limits=archive_limits) as opened:
         verified = _verified(opened.where, journal, opened.relabel, layout=layout, assignment=assignment,
                              limits=limits)
         yield OpenSubmission(tests=opened.where.tests, journal=verified, name=opened.name, relabel=opened.relabel)
@@ -179,7 +181,8 @@ def open_submission(
 
 @contextmanager
 def open_tests(
-    source: Path | Upload, *, label: str | None = None, archive_limits: ArchiveLimits | None = None,
+    source: Path | Upload, *, tests: PurePosixPath, label: str | None = None,
+    archive_limits: ArchiveLimits | None = None,
 ) -> Iterator[OpenTests]:
     """Open the submission at ``source`` for as long as the block, its tests found by the rules
     above and its journal left unread: what reads the tests alone (``mutagrade similarity``)
@@ -187,6 +190,7 @@ def open_tests(
 
     Args:
         source: a folder, an archive file, or an archive's bytes.
+        tests: where a repository keeps its tests (the assignment's ``student_tests``).
         label: what messages call the submission (default: the archive's name, the folder as given).
         archive_limits: an archive's limits (default: the service's).
 
@@ -199,12 +203,12 @@ def open_tests(
         if isinstance(source, Upload) or source.is_file():
             name = label or source.name
             dest = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mutagrade-intake-")))
-            where, relabel = _unpacked(source, dest, name, archive_limits or ArchiveLimits())
+            where, relabel = _unpacked(source, dest, name, tests, archive_limits or ArchiveLimits())
         else:
             name = label or str(source)
-            where, relabel = _folder(Path(source), name)
+            where, relabel = _folder(Path(source), name, tests)
         try:
-            _check_shape(where)
+            _check_shape(where, tests)
         except GradingInputError as exc:
             raise GradingInputError(relabel(str(exc))) from None
         yield OpenTests(where=where, name=name, relabel=relabel)
@@ -215,7 +219,9 @@ def _relabeller(root: Path, name: str) -> Callable[[str], str]:
     return lambda text: text.replace(prefix, name)
 
 
-def _unpacked(source: Path | Upload, dest: Path, name: str, limits: ArchiveLimits) -> tuple[Located, Callable[[str], str]]:
+def _unpacked(
+    source: Path | Upload, dest: Path, name: str, tests: PurePosixPath, limits: ArchiveLimits,
+) -> tuple[Located, Callable[[str], str]]:
     from grader.flows.archive import ArchiveError, unpack
 
     if not isinstance(source, Upload) and not is_archive_name(source.name):
@@ -225,18 +231,18 @@ def _unpacked(source: Path | Upload, dest: Path, name: str, limits: ArchiveLimit
         )
     try:
         data = source.data if isinstance(source, Upload) else read_archive(source, limits.max_bytes)
-        unpack(data, dest, limits)
+        unpack(data, dest, limits, tests=tests)
     except (ArchiveError, OSError) as exc:
         raise GradingInputError(f"{name}: {exc}") from None
-    return locate(dest, unwrap=False), _relabeller(dest, name)
+    return locate(dest, tests, unwrap=False), _relabeller(dest, name)
 
 
-def _folder(folder: Path, name: str) -> tuple[Located, Callable[[str], str]]:
+def _folder(folder: Path, name: str, tests: PurePosixPath) -> tuple[Located, Callable[[str], str]]:
     if not folder.exists():
         raise GradingInputError(f"{name}: no such directory of tests")
     if not folder.is_dir():
         raise GradingInputError(f"{name}: expected a directory of test files, found a file")
-    return locate(folder), _relabeller(folder, name)
+    return locate(folder, tests), _relabeller(folder, name)
 
 
 def _is_test_file(path: Path) -> bool:
@@ -252,7 +258,7 @@ def _holds_tests(folder: Path) -> bool:
     return False
 
 
-def _check_shape(where: Located) -> None:
+def _check_shape(where: Located, tests: PurePosixPath) -> None:
     """Refuse test files that lie only in folders below the top: one folder further down than
     a wrapping folder may be, or two folders of tests where one is graded."""
     if where.tests != where.top:
@@ -265,11 +271,11 @@ def _check_shape(where: Located) -> None:
     named = ", ".join(f"{entry.name}/" for entry in folders)
     if len(folders) == 1:
         raise GradingInputError(f"{where.top}: no test file at the top; the test files are further down, in "
-                                f"{named}: put them {_ACCEPTED}")
+                                f"{named}: put them {_accepted(tests)}")
     if folders:
         raise GradingInputError(f"{where.top}: no test file at the top, and test files in {len(folders)} folders: "
                                 f"{named}; which are the tests cannot be told: submit one folder of them, its test "
-                                f"files {_ACCEPTED}")
+                                f"files {_accepted(tests)}")
     # No test file anywhere: the grading says what the submission holds instead.
 
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from functools import partial
 from pathlib import Path
 
-from grader.core.journal import GRU_FILE, RED_OUTCOMES, Journal, JournalEntry, Phase, verify
+from grader.core.journal import RED_OUTCOMES, Journal, JournalEntry, Phase, verify
 from grader.core.models import JournalSummary, Outcome, SuiteRun, WorkerRun
 from grader.core.paths import Layout
 from grader.run.runner import GradingBudget, RunLimits, run_suites
@@ -35,7 +35,7 @@ def run_snapshot(
     ``impl_dir``) in the sandboxed worker: the package in each run's implementation process,
     the tests beside the stand-in on the course's framework (``layout.reference``), under
     ``budget`` when one is given (:func:`grader.run.runner.run_suites`)."""
-    student = Layout(layout.root, implementation=impl_dir.resolve())
+    student = layout.with_implementation(impl_dir.resolve())
     return run_suites(layout=student, tests_dir=tests_dir, runs=runs, hash_seed=1, limits=limits, budget=budget)
 
 
@@ -49,18 +49,19 @@ def _restore(journal: Journal, files: dict[str, str], dest: Path) -> None:
 def replay_problems(journal: Journal, layout: Layout, limits: RunLimits, budget: GradingBudget) -> list[str]:
     """Re-run every snapshot: a red's new tests must fail, a green's tests must all pass.
 
-    Snapshots whose implementations differ only in ``gru.py`` share one worker; each runs its
+    Snapshots whose implementations differ only in the module under test share one worker; each runs its
     own tests folder, restored from the blobs. Every run spends ``budget``; once it has run
     out, the entries not replayed are named in one problem.
     """
     problems: list[str] = []
     cut: list[tuple[JournalEntry, SuiteRun]] = []
     groups: dict[tuple, list[JournalEntry]] = defaultdict(list)
+    module = layout.module_file
     for entry in journal.entries:
-        if GRU_FILE not in entry.impl:
-            problems.append(f"entry {entry.seq}: the implementation snapshot has no {GRU_FILE}: cannot replay")
+        if module not in entry.impl:
+            problems.append(f"entry {entry.seq}: the implementation snapshot has no {module}: cannot replay")
             continue
-        rest = tuple(sorted((p, d) for p, d in entry.impl.items() if p != GRU_FILE))
+        rest = tuple(sorted((p, d) for p, d in entry.impl.items() if p != module))
         groups[rest].append(entry)
     with tempfile.TemporaryDirectory(prefix="mutagrade-replay-") as tmp:
         root = Path(tmp)
@@ -70,12 +71,12 @@ def replay_problems(journal: Journal, layout: Layout, limits: RunLimits, budget:
                 continue
             impl = root / f"impl-{number}"
             _restore(journal, dict(rest), impl)
-            _restore(journal, {GRU_FILE: entries[0].impl[GRU_FILE]}, impl)
+            _restore(journal, {module: entries[0].impl[module]}, impl)
             tests = root / f"tests-{number}"
             runs = []
             for entry in entries:
                 _restore(journal, entry.tests, tests / f"entry-{entry.seq}")
-                source = (journal.blobs / entry.impl[GRU_FILE]).read_text(encoding="utf-8")
+                source = (journal.blobs / entry.impl[module]).read_text(encoding="utf-8")
                 runs.append(WorkerRun(variant=f"entry-{entry.seq}", source=source, tests=f"entry-{entry.seq}"))
             for entry, run in zip(entries, run_snapshot(layout, tests, impl, limits, runs, budget)):
                 if run.budget is not None:

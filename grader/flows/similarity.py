@@ -39,7 +39,7 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatch
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from grader.core.caps import MAX_TEST_FILE_BYTES
 from grader.core.copies import MAX_SUITE_BYTES, TEST_FILE_PATTERNS
@@ -124,7 +124,7 @@ def read_suite(tests: Path, *, student: str) -> SuiteText:
     return join_suite(student, files)
 
 
-def _read_one(entry: StudentSubmission, archive_limits: ArchiveLimits) -> SuiteText | SkippedStudent:
+def _read_one(entry: StudentSubmission, tests: PurePosixPath, archive_limits: ArchiveLimits) -> SuiteText | SkippedStudent:
     if len(entry.paths) > 1:
         names = ", ".join(p.name for p in entry.paths)
         return SkippedStudent(student=entry.student, reason=f"two submissions: {names}; keep one of them")
@@ -133,7 +133,7 @@ def _read_one(entry: StudentSubmission, archive_limits: ArchiveLimits) -> SuiteT
         return SkippedStudent(student=entry.student,
                               reason=f"{path.name} is a link; a submission must be a folder or an archive of its own")
     try:
-        with open_tests(path, label=path.name, archive_limits=archive_limits) as opened:
+        with open_tests(path, tests=tests, label=path.name, archive_limits=archive_limits) as opened:
             suite = read_suite(opened.where.tests, student=entry.student)
     except (GradingInputError, OSError) as exc:
         return SkippedStudent(student=entry.student, reason=str(exc))
@@ -146,10 +146,11 @@ def _read_one(entry: StudentSubmission, archive_limits: ArchiveLimits) -> SuiteT
 
 
 def read_suites(
-    submissions: Path, *, archive_limits: ArchiveLimits = ArchiveLimits(),
+    submissions: Path, *, tests: PurePosixPath, archive_limits: ArchiveLimits = ArchiveLimits(),
 ) -> tuple[list[SuiteText], list[SkippedStudent]]:
     """Every student's suite in ``submissions`` (one folder or archive per student, as
-    ``grade-batch`` takes them: :func:`grader.flows.batch.find_submissions`).
+    ``grade-batch`` takes them: :func:`grader.flows.batch.find_submissions`), a repository's
+    tests at ``tests`` (the assignment's ``student_tests``).
 
     Returns:
         The suites, by student name, and the students (or entries) skipped, with why.
@@ -159,7 +160,7 @@ def read_suites(
                for name in strays]
     suites: list[SuiteText] = []
     for entry in entries:
-        read = _read_one(entry, archive_limits)
+        read = _read_one(entry, tests, archive_limits)
         (suites if isinstance(read, SuiteText) else skipped).append(read)
     return suites, skipped
 
@@ -291,7 +292,7 @@ def run_similarity(submissions: Path, *, layout: Layout, threshold: float = DEFA
     expected = "one folder or archive (.zip, .tar.gz) per student"
     if not submissions.is_dir():
         raise GradingInputError(f"{submissions}: expected a directory with {expected}")
-    suites, skipped = read_suites(submissions)
+    suites, skipped = read_suites(submissions, tests=layout.student_tests)
     if not suites and not skipped:
         raise GradingInputError(f"{submissions}: expected {expected}, found none")
     result = compare_suites(suites, boilerplate=course_boilerplate(layout), threshold=threshold, skipped=skipped)

@@ -1,10 +1,11 @@
 """``mutagrade starter DIR``: the repository students start from, with nothing of the answer key.
 
-It holds the course's framework (the reference's ``tinyllm`` without its ``rnn/gru.py``), a
-``gru.py`` made from the contract stub ``gru.pyi`` whose every function raises
-``NotImplementedError``, the course's hand-written starter material (``reference/starter/``: the
-given test and the README), an empty journal and the CI templates (``examples/ci/``). Everything
-is read from the checkout; ``examples/starter/`` is this command's output, committed.
+It holds the course's framework (the reference's ``tinyllm`` without any reference module: no
+``.py`` with a contract stub beside it), the assignment's module made from its contract stub
+(``.pyi``) with every function raising ``NotImplementedError``, the assignment's hand-written
+starter material (``starter/`` of its folder: the given test and the README), an empty journal
+and the CI templates (``examples/ci/``). Everything is read from the checkout;
+``examples/starter/`` is this command's output for the default assignment, committed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from grader.core.journal import GRU_FILE
 from grader.core.paths import Layout
 from grader.core.parsing import parse
 from grader.flows.tdd import DEFAULT_IMPL
@@ -23,8 +23,8 @@ JOURNAL = ".tdd/journal.jsonl"  # empty: the first `mutagrade tdd red` writes it
 # Where each CI template goes in a repository (examples/ci/<name> -> path).
 CI_FILES = {"github-classroom.yml": ".github/workflows/mutagrade.yml", "gitlab-ci.yml": ".gitlab-ci.yml"}
 _HEADER = (
-    "# Your GRU. Each function raises NotImplementedError until you write it: one test at a time,\n"
-    "# red, then green (README.md). The docstrings below are the contract (gru.pyi is the same).\n"
+    "# Your {module}. Each function raises NotImplementedError until you write it: one test at a time,\n"
+    "# red, then green (README.md). The docstrings below are the contract ({stub} is the same).\n"
 )
 
 
@@ -32,7 +32,7 @@ class StarterError(Exception):
     """The starter could not be made: a file it needs is missing, or the target is in use."""
 
 
-def stub_source(contract: str) -> str:
+def stub_source(contract: str, module: str = "module", stub: str = "the .pyi") -> str:
     """The contract stub (a ``.pyi``) as a module: every function and method keeps its signature
     and docstring, and its body raises ``NotImplementedError`` naming it.
 
@@ -57,7 +57,7 @@ def stub_source(contract: str) -> str:
             raise StarterError(f"{qualname}: a stub's body must be `...` or a docstring alone")
     for number, text in sorted(edits, reverse=True):
         lines[number] = text
-    return _HEADER + "".join(lines)
+    return _HEADER.format(module=module, stub=stub) + "".join(lines)
 
 
 def _functions(tree: ast.Module) -> list[tuple[ast.FunctionDef, str]]:
@@ -89,16 +89,18 @@ def starter_files(layout: Layout) -> dict[str, bytes]:
         files[path] = data
 
     package = layout.reference / "tinyllm"
-    contract = package / "rnn" / "gru.pyi"
+    contract = layout.contract_stub
     for path, needed in ((contract, "the contract stub"), (layout.starter, "the starter material")):
         if not path.exists():
             raise StarterError(f"{path}: no such file or folder ({needed})")
     impl = DEFAULT_IMPL.as_posix()
+    answers = set(layout.answer_files)
     for path in _tree(package):
-        inside = f"tinyllm/{path.relative_to(package).as_posix()}"
-        if inside != GRU_FILE:  # the reference itself: the one file students write
-            add(f"{impl}/{inside}", path.read_bytes(), path)
-    add(f"{impl}/{GRU_FILE}", stub_source(contract.read_text(encoding="utf-8")).encode("utf-8"), contract)
+        if path not in answers:  # a reference module: the one file students write, or another module's
+            add(f"{impl}/tinyllm/{path.relative_to(package).as_posix()}", path.read_bytes(), path)
+    name = layout.module_under_test.rsplit(".", 1)[-1]
+    written = stub_source(contract.read_text(encoding="utf-8"), module=name.upper(), stub=contract.name)
+    add(f"{impl}/{layout.module_file}", written.encode("utf-8"), contract)
     for path in _tree(layout.starter):
         add(path.relative_to(layout.starter).as_posix(), path.read_bytes(), path)
     add(JOURNAL, b"", layout.starter)

@@ -19,7 +19,7 @@ from grader.flows.check import check_implementation, check_journal
 from grader.core.errors import GradingInputError
 from grader.core.models import ImplementationCheck, JournalSummary, PolicySummary
 from grader.core.paths import Layout
-from grader.core.policy import find_violations
+from grader.core.policy import find_violations, policy_for
 from grader.report.text import implementation_lines, journal_lines, policy_lines
 from grader.run.runner import RunLimits
 from grader.flows.tdd import StudentRepo
@@ -69,7 +69,7 @@ def local_check(repo: StudentRepo, *, layout: Layout, limits: RunLimits) -> Loca
     """
     if not repo.tests_dir.is_dir():
         raise GradingInputError(f"{repo.tests_dir}: no such folder of tests; your tests belong in {repo.tests}")
-    findings = find_violations(repo.tests_dir)
+    findings = find_violations(repo.tests_dir, policy_for(layout))
     policy = PolicySummary(
         ok=not findings.total, violations=[cap_text(str(v)) for v in findings.violations],
         violations_omitted=findings.omitted, syntax_errors=findings.syntax_errors,
@@ -108,7 +108,8 @@ def render_local_check(check: LocalCheck) -> str:
     return "\n".join(lines)
 
 
-def tests_to_submit(repo: StudentRepo) -> Path:
+def tests_to_submit(repo: StudentRepo, layout: Layout) -> Path:
     """What ``submit`` packs: the repository (its tests and ``.tdd/``) when the tests are where
-    the course puts them, else the tests folder alone."""
-    return repo.root if repo.tests == StudentRepo(repo.root).tests else repo.tests_dir
+    the course puts them (``layout``'s assignment's ``student_tests``), else the tests folder
+    alone."""
+    return repo.root if repo.tests == Path(layout.student_tests) else repo.tests_dir

@@ -8,7 +8,7 @@ import io
 import sys
 import tarfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,9 +21,6 @@ from grader.report.github import append_job_summary
 
 __all__ = ["ClientError", "pack", "submit"]
 
-STUDENT_TESTS = Path("python") / "tests" / "l3-3-gru"
-
-
 class ClientError(Exception):
     """The submission could not be made or followed; ``code`` is the exit code to use."""
 
@@ -32,25 +29,25 @@ class ClientError(Exception):
         self.code = code
 
 
-def pack(repo: Path) -> bytes:
+def pack(repo: Path, tests: PurePosixPath) -> bytes:
     """A .tar.gz of what the server grades: the tests (and the journal, if there is one).
 
-    A repository with ``python/tests/l3-3-gru/`` is packed as such, with ``.tdd/``; any other
-    folder is taken to be the tests themselves.
+    A repository with its tests at ``tests`` (the assignment's ``student_tests``) is packed as
+    such, with ``.tdd/``; any other folder is taken to be the tests themselves.
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         def add(path: Path, arcname: str) -> None:
             tar.add(path, arcname=arcname, filter=lambda info: None if "__pycache__" in info.name else info)
 
-        if (repo / STUDENT_TESTS).is_dir():
-            add(repo / STUDENT_TESTS, STUDENT_TESTS.as_posix())
+        if (repo / tests).is_dir():
+            add(repo / tests, tests.as_posix())
             if (repo / ".tdd").is_dir():
                 add(repo / ".tdd", ".tdd")
         else:
             files = sorted(p for p in repo.iterdir() if p.suffix == ".py" and p.is_file())
             if not files:
-                raise ClientError(f"{repo}: expected {STUDENT_TESTS}/ or test files (*.py), found neither", EXIT_BAD_INPUT)
+                raise ClientError(f"{repo}: expected {tests}/ or test files (*.py), found neither", EXIT_BAD_INPUT)
             for path in files:
                 add(path, path.name)
     return buffer.getvalue()
@@ -75,15 +72,15 @@ def _unreachable(server: str, exc: httpx.TransportError) -> ClientError:
                        f"{what})", EXIT_UNREACHABLE)
 
 
-def submit(repo: Path, *, server: str, token: str, fmt: str = "text", timeout: float = 600.0,
-           preview: bool = False) -> int:
+def submit(repo: Path, *, tests: PurePosixPath, server: str, token: str, fmt: str = "text",
+           timeout: float = 600.0, preview: bool = False) -> int:
     """Upload ``repo``'s tests, wait for the grade, print the report; returns the exit code
     of ``mutagrade grade`` (0 passed, 1 not passed, 2 refused, 3 the service failed), or 4
     when the server could not be reached (:mod:`grader.core.exits`). With ``preview``, the
     upload is a preview (``POST /v1/previews``): graded the same way, never the grade of record,
     accepted after the due date, under a rate limit of its own."""
     server = _check_server(server)
-    archive = pack(repo)
+    archive = pack(repo, tests)
     headers = {"Authorization": f"Bearer {token}"}
     what, path = ("preview", "/v1/previews") if preview else ("submission", "/v1/submissions")
     try:

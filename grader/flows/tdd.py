@@ -21,7 +21,6 @@ from typing import Callable
 from grader.core.caps import cap_lines
 from grader.core.journal import (
     FORMAT_VERSION,
-    GRU_FILE,
     Journal,
     JournalEntry,
     Phase,
@@ -36,16 +35,15 @@ from grader.core.journal import (
 from grader.core.models import Outcome, SuiteRun, TestOutcome, WorkerRun
 from grader.flows.replay import run_snapshot
 from grader.core.paths import Layout
-from grader.core.policy import find_violations
+from grader.core.policy import find_violations, policy_for
 from grader.run.runner import RunLimits
 
 __all__ = [
-    "DEFAULT_IMPL", "DEFAULT_TESTS", "TEST_CODE_ERRORS", "Recorded", "Refused", "StudentRepo", "explained",
+    "DEFAULT_IMPL", "TEST_CODE_ERRORS", "Recorded", "Refused", "StudentRepo", "explained",
     "SuiteRefused", "find_root", "is_test_code_error", "record", "status", "undo",
 ]
 
 DEFAULT_IMPL = Path("python")
-DEFAULT_TESTS = Path("python") / "tests" / "l3-3-gru"
 TEST_PATTERNS = ("*.py",)
 MAX_EXPLAINED = 5  # failing tests a refusal quotes the message of
 IMPL_PATTERNS = ("*.py", "*.pyi")
@@ -68,8 +66,8 @@ class StudentRepo:
     """Where a student's repository keeps its implementation, tests and journal."""
 
     root: Path
+    tests: Path  # relative to root: the assignment's ``student_tests`` unless told otherwise
     impl: Path = DEFAULT_IMPL
-    tests: Path = DEFAULT_TESTS
 
     @property
     def impl_dir(self) -> Path:
@@ -125,18 +123,18 @@ def _journal(repo: StudentRepo) -> Journal | None:
 
 
 def _run(repo: StudentRepo, layout: Layout, limits: RunLimits) -> SuiteRun:
-    gru = repo.impl_dir / GRU_FILE
-    if not gru.is_file():
-        raise Refused(f"{gru}: no implementation file; your implementation belongs in {repo.impl}/{GRU_FILE}")
+    module = repo.impl_dir / layout.module_file
+    if not module.is_file():
+        raise Refused(f"{module}: no implementation file; your implementation belongs in {repo.impl}/{layout.module_file}")
     if not repo.tests_dir.is_dir():
         raise Refused(f"{repo.tests_dir}: no tests folder; write your first test there")
-    findings = find_violations(repo.tests_dir)
+    findings = find_violations(repo.tests_dir, policy_for(layout))
     if findings.total:
         listed = [str(v) for v in findings.violations] + ([f"... and {findings.omitted} more"] if findings.omitted else [])
         raise SuiteRefused("your tests would be rejected at grading:\n  " + "\n  ".join(listed))
     [run] = run_snapshot(
         layout, repo.tests_dir, repo.impl_dir, limits,
-        [WorkerRun(variant="yours", source=gru.read_text(encoding="utf-8"))],
+        [WorkerRun(variant="yours", source=module.read_text(encoding="utf-8"))],
     )
     if run.crashed:
         raise Refused(f"the suite did not run to its end: {run.crashed}")

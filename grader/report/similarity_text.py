@@ -20,7 +20,7 @@ def _name(student: str) -> str:
 
 
 def _where(regions: list[MatchedRegion]) -> str:
-    """``test_gru.py:12-30, test_gru.py:41-44 (+2)``: the first regions, where they are."""
+    """``test_cell.py:12-30, test_cell.py:41-44 (+2)``: the first regions, where they are."""
     shown = [f"{printable(r.file) or '?'}:{r.first_line}-{r.last_line}" for r in regions[:_REGIONS_SHOWN]]
     rest = len(regions) - _REGIONS_SHOWN
     return ", ".join(shown) + (f" (+{rest})" if rest > 0 else "")

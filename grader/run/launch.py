@@ -58,7 +58,8 @@ def launch_worker(
 
     The reference's framework is always in sight (a run's tests use it, around the stand-in);
     a student's package (``layout.implementation``) too, read-only, for the runs'
-    implementation processes. ``hide_source``: the reference's own ``gru.py`` reads as empty.
+    implementation processes. ``hide_source``: every reference module of the course (the one
+    under test and the other assignments') reads as empty.
 
     Raises:
         SandboxUnavailable: if ``mode`` needs a layer this machine lacks.
@@ -73,8 +74,8 @@ def launch_worker(
         readonly=[*fixtures, *student],
         env=worker_env(hash_seed, layout),
         limits=limits,
-        # The student package ships the framework without any gru.py: nothing to hide there.
-        hidden=[layout.gru_source] if hide_source and layout.gru_source.exists() else (),
+        # The student package ships the framework without the reference modules: nothing to hide there.
+        hidden=layout.answer_files if hide_source else (),
         status=status,
     )
 

@@ -227,7 +227,7 @@ class WorkerProcess:
         hash_seed: ``PYTHONHASHSEED`` of the worker.
         limits: the assignment's limits, parallelism and the sandbox mode.
         results: where results go, as ``WorkerResult`` items (several workers may share one).
-        hide_source: hide the package's own ``rnn/gru.py`` from the runs (when grading
+        hide_source: hide the package's reference modules from the runs (when grading
             variants of the reference: a run then has nothing to compare its variant with).
         started: the worker, already started by :func:`grader.run.launch.launch_worker` (for
             these tests and this hash seed); started here when None.
@@ -251,7 +251,7 @@ class WorkerProcess:
         self.layout = layout
         self.contract = read_contract(layout.contract_stub, layout.module_under_test)
         # Grading our variants, or running a student's own package: the implementation in a
-        # process of its own, the tests beside a stand-in (no reference gru.py in sight either way).
+        # process of its own, the tests beside a stand-in (no reference module in sight either way).
         hide_source = hide_source or layout.implementation is not None
         self.isolate = hide_source
         self.tests_dir = tests_dir.resolve() if tests_dir is not None else None

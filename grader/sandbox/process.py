@@ -215,8 +215,8 @@ def start_worker(
             package, for the runs' implementation processes), visible read-only.
         env: the worker's environment (the sandbox adds TMPDIR and HOME).
         limits: the sandbox's limits.
-        hidden: files under ``package_dir`` the worker must not read (the reference's
-            ``gru.py`` while variants are graded: a run compares with nothing but behaviour);
+        hidden: files under ``package_dir`` the worker must not read (the reference modules
+            while variants are graded: a run compares with nothing but behaviour);
             they read as empty under bubblewrap.
         status: the layers to start it with, checked for ``mode`` by the caller (who then
             checks :func:`check_mode` before the worker is given anything to run); by default

@@ -9,7 +9,9 @@ and every field is checked where it is read (:class:`BoundaryError` otherwise).
 
 Values (arguments, outputs) are carried as small JSON objects, ``{"t": kind, ...}``, that
 refer to the message's arrays by index; :func:`describe` makes one, :func:`restore` turns one
-back into a Python value.
+back into a Python value. A tuple or list that holds tensors or generators (a recurrent layer's state
+``(h, c)``) crosses as ``{"t": "tuple" | "seq", "items": [...]}``, at most :data:`MAX_ITEMS`
+items and :data:`MAX_DEPTH` levels deep; a plain numeric one as one array.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import numpy as np
 __all__ = [
     "ARRAY_CAP",
     "HEADER_CAP",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
     "BoundaryError",
     "Connection",
     "Message",
@@ -38,6 +42,8 @@ _LENGTH = struct.Struct(">I")
 HEADER_CAP = 1 << 20  # bytes of JSON in one message
 ARRAY_CAP = 256 << 20  # bytes of arrays in one message
 _MAX_ARRAYS = 4096
+MAX_ITEMS = 64  # items of one tuple or list of values
+MAX_DEPTH = 8  # tuples within tuples
 _MAX_NDIM = 16
 # Plain numbers only: an object, void or string dtype never crosses as an array.
 _DTYPES = frozenset(
@@ -248,10 +254,11 @@ def set_rng_state(generator: Any, state: dict[str, Any]) -> None:
 
 def restore(
     value: Any, message: Message, *, tensor: Callable[[np.ndarray, bool], Any],
-    rng: Callable[[dict[str, Any]], Any] | None = None,
+    rng: Callable[[dict[str, Any]], Any] | None = None, depth: int = 0,
 ) -> Any:
-    """A value :func:`describe` made, back as a Python value: ``tensor(array, requires_grad)``
-    builds a Tensor, ``rng(state)`` a generator.
+    """A value :func:`describe` made (or a tuple of them), back as a Python value:
+    ``tensor(array, requires_grad)`` builds a Tensor, ``rng(state)`` a generator; a tuple's
+    items are restored in order.
 
     Raises:
         BoundaryError: if ``value`` does not follow the schema.
@@ -259,6 +266,12 @@ def restore(
     if not isinstance(value, dict):
         raise BoundaryError(f"a value must be a JSON object, got {type(value).__name__}")
     kind = value.get("t")
+    if kind in ("tuple", "seq"):
+        items = value.get("items")
+        if not isinstance(items, list) or len(items) > MAX_ITEMS or depth >= MAX_DEPTH:
+            raise BoundaryError(f"a tuple of values must list at most {MAX_ITEMS} items, at most {MAX_DEPTH} deep")
+        restored = [restore(item, message, tensor=tensor, rng=rng, depth=depth + 1) for item in items]
+        return tuple(restored) if kind == "tuple" else restored
     if kind == "none":
         return None
     if kind == "scalar":

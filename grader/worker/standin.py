@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from grader.core.protocol import Contract
-from grader.worker.boundary import Connection, describe, rng_state, set_rng_state
+from grader.worker.boundary import MAX_DEPTH, MAX_ITEMS, Connection, describe, rng_state, set_rng_state
 from grader.worker.impl import ERROR_TYPES
 from tinyllm.autograd.tensor import Tensor
 from tinyllm.nn.module import Module, Parameter
@@ -86,7 +86,11 @@ class _Call:
         self.parents: list[Tensor] = []
         self.rngs: list[PCG32] = []
 
-    def value(self, value: Any, *, parameter: bool = False) -> dict[str, Any]:
+    def value(self, value: Any, *, parameter: bool = False, depth: int = 0) -> dict[str, Any]:
+        if isinstance(value, (tuple, list)) and _holds_objects(value) and len(value) <= MAX_ITEMS and depth < MAX_DEPTH:
+            # (h, c): each item crosses as itself, its tensors parents in order.
+            return {"t": "tuple" if isinstance(value, tuple) else "seq",
+                    "items": [self.value(item, parameter=parameter, depth=depth + 1) for item in value]}
         described = describe(value, self.arrays, Tensor, PCG32)
         if described["t"] == "tensor":
             if described["grad"]:
@@ -124,6 +128,12 @@ class _Call:
             offsets[id(spec)] = start
             start += reply.array(spec["a"]).size
         return _build(out, reply, node, offsets)
+
+
+def _holds_objects(value: tuple | list) -> bool:
+    """Whether a tuple or list holds a Tensor or a generator, at any depth (else it is data)."""
+    return any(isinstance(item, (Tensor, PCG32)) or (isinstance(item, (tuple, list)) and _holds_objects(item))
+               for item in value)
 
 
 def _tensor_specs(out: Any, specs: list[dict[str, Any]]) -> None:

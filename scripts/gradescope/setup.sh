@@ -10,7 +10,9 @@
 #   * the mutagrade checkout in /opt/mutagrade/src: the copy in this bundle (mutagrade/ beside
 #     this script), or a clone of the course's repository (the file `repository` beside this
 #     script: its URL, then a branch or tag). assignment.toml beside this script, if there is
-#     one, replaces the checkout's mutants/assignment.toml;
+#     one, replaces the checkout's assignments/<name>/assignment.toml, of the assignment the
+#     bundle grades (its folder's name: the file `assignment` beside this script, which
+#     run_autograder reads too);
 #   * a virtual environment /opt/mutagrade/venv with mutagrade installed editable from that
 #     checkout (the grader finds its reference and mutants beside its code), and `mutagrade`
 #     on PATH (/usr/local/bin) for run_autograder;
@@ -104,7 +106,17 @@ else
     exit 1
 fi
 if [ -f "$HERE/assignment.toml" ]; then
-    cp "$HERE/assignment.toml" "$SRC/mutants/assignment.toml"
+    assignment="$(head -n 1 "$HERE/assignment" 2>/dev/null || true)"
+    case "$assignment" in
+        "" | .* | */*)
+            echo "setup.sh: assignment.toml beside this script, but no assignment named in the file assignment: rebuild the bundle" >&2
+            exit 1 ;;
+    esac
+    if [ ! -f "$SRC/assignments/$assignment/assignment.toml" ]; then
+        echo "setup.sh: the checkout has no assignment $assignment (assignments/$assignment/assignment.toml)" >&2
+        exit 1
+    fi
+    cp "$HERE/assignment.toml" "$SRC/assignments/$assignment/assignment.toml"
 fi
 chmod -R go-w,a+rX "$SRC"
 
@@ -113,7 +125,7 @@ chmod -R go-w,a+rX "$SRC"
 "$VENV/bin/python" -m pip install --quiet -e "$SRC"
 ln -sf "$VENV/bin/mutagrade" /usr/local/bin/mutagrade
 # Compiled here once: the sandbox users cannot write __pycache__ in the checkout.
-(cd "$SRC" && "$VENV/bin/python" -m compileall -q -x 'reference/tinyllm/rnn/gru\.py' grader api reference >/dev/null)
+(cd "$SRC" && "$VENV/bin/python" -m compileall -q -x 'reference/tinyllm/rnn/(gru|lstm)\.py' grader api reference >/dev/null)
 bash "$SRC/scripts/setup-sandbox.sh" "$VENV/bin/python"
 ready="$("$VENV/bin/mutagrade" --version)"
 echo "setup.sh: $ready ready"

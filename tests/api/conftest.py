@@ -145,7 +145,7 @@ def example_archive() -> bytes:
     """The bundled student's tests and journal, as ``mutagrade submit`` packs them."""
     from grader.flows.submit import pack
 
-    return pack(STUDENT)
+    return pack(STUDENT, LAYOUT.student_tests)
 
 
 def wait_done(client: httpx.Client, submission_id: int, timeout: float = 120) -> dict:

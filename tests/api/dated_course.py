@@ -1,7 +1,8 @@
 """A course with a due date, for the service's tests of deadlines, previews and the gradebook: a
-course root whose ``mutants/assignment.toml`` (copied from this checkout's) has a ``[deadline]``,
-a server on it that accepts and stores but grades nothing (``workers = 0``), and what the rest of
-the course does to its database (an extension granted, a submission graded by a worker).
+course root whose default assignment's ``assignment.toml`` (copied from this checkout's) has a
+``[deadline]``, a server on it that accepts and stores but grades nothing (``workers = 0``), and
+what the rest of the course does to its database (an extension granted, a submission graded by a
+worker).
 
 Each step is the real one: the server stamps and refuses uploads itself; a "grading" here is
 ``crud.claim_next`` and ``crud.finish_submission``, as a worker stores its report, with a report
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 from api.store import crud
 from api.store.db import Extension, User, make_engine, make_sessionmaker
 from grader.core.models import MutantVerdict, Report, Score, Timing
-from grader.core.paths import default_layout
+from grader.core.paths import ASSIGNMENTS, COURSE_FILE, default_layout
 from tests.api.conftest import Server, make_server
 
 LAYOUT = default_layout()
@@ -38,17 +39,20 @@ def minute(moment: datetime) -> datetime:
 
 def course_root(tmp: Path, *, due: datetime, late: str = "penalty", penalty_per_day: float = 0.1,
                 penalty_cap: float = 0.5, top: str = "") -> Path:
-    """A course root: this checkout's material, with a copy of ``mutants/`` whose assignment
-    has a ``[deadline]`` due at ``due`` (written as Berlin's local time, to the minute) and the
-    lines ``top`` among its top-level keys."""
+    """A course root: this checkout's material, with a copy of its default assignment's folder
+    (``assignments/<name>/``, and ``assignments/course.toml``) whose ``assignment.toml`` has a
+    ``[deadline]`` due at ``due`` (written as Berlin's local time, to the minute) and the lines
+    ``top`` among its top-level keys."""
     root = tmp / "course"
-    shutil.copytree(LAYOUT.mutants, root / "mutants")
-    for part in ("reference", "fixtures", "examples"):
+    shutil.copytree(LAYOUT.assignment_dir, root / ASSIGNMENTS / LAYOUT.assignment_name,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(LAYOUT.root / ASSIGNMENTS / COURSE_FILE, root / ASSIGNMENTS / COURSE_FILE)
+    for part in ("reference", "examples"):
         (root / part).symlink_to(LAYOUT.root / part)
     local = due.astimezone(BERLIN).strftime("%Y-%m-%dT%H:%M")
     deadline = (f'[deadline]\ndue = "{local}"\ntimezone = "Europe/Berlin"\nlate = "{late}"\n'
                 + (f"penalty_per_day = {penalty_per_day}\npenalty_cap = {penalty_cap}\n" if late == "penalty" else ""))
-    assignment = root / "mutants" / "assignment.toml"
+    assignment = root / ASSIGNMENTS / LAYOUT.assignment_name / "assignment.toml"
     head, limits = assignment.read_text(encoding="utf-8").split("[limits]", 1)
     assignment.write_text(head + top + "\n" + deadline + "\n[limits]" + limits, encoding="utf-8")
     return root

@@ -27,6 +27,7 @@ import pytest
 
 from api.store.grades import grade_records
 from grader.core.assignment import load_assignment
+from grader.core.paths import Layout
 from tests.api.chromium import Chromium
 from tests.api.conftest import Server, tar_gz
 from tests.api.dated_course import (
@@ -165,7 +166,7 @@ def test_the_plain_csv_keeps_its_columns_and_adds_the_grade_of_record(course: Co
 
 
 def test_the_best_rule_takes_the_most_final_points(course: Course) -> None:
-    best = load_assignment(course.root / "mutants" / "assignment.toml").model_copy(update={"grade_of_record": "best"})
+    best = load_assignment(Layout(course.root).assignment).model_copy(update={"grade_of_record": "best"})
     with database(course.server) as session:
         records = {r.user.name: r for r in grade_records(session, assignment=best)}
     assert list(records) == ["ada", "ghopper", "mallory"]

@@ -23,8 +23,10 @@ from grader.core.paths import Layout, default_layout
 
 LAYOUT = default_layout()
 
-# What mutmut 3 leaves in the folder it runs in; none of it may appear in the checkout.
+# What mutmut 3 leaves in the folder it runs in; none of it may appear in the checkout (which
+# has no mutants/ folder of its own: the variants live in the assignment folders).
 _MUTMUT_DROPPINGS = (
+    "mutants",
     "mutants/mutants",
     "mutants/src",
     "mutants/tests",
@@ -76,7 +78,7 @@ def test_the_course_suite_kills_some_and_every_survivor_has_a_diff(gru_cell_run)
 def test_the_pool_names_the_reference_it_was_made_from(gru_cell_run):
     pool, _, _ = gru_cell_run
     assert pool.source == "reference/tinyllm/rnn/gru.py"
-    assert pool.source_sha256 == hashlib.sha256(LAYOUT.gru_source.read_bytes()).hexdigest()
+    assert pool.source_sha256 == hashlib.sha256(LAYOUT.module_source.read_bytes()).hexdigest()
 
 
 def test_mutmut_works_in_the_stage_and_leaves_the_checkout_alone(gru_cell_run):
@@ -88,10 +90,12 @@ def test_mutmut_works_in_the_stage_and_leaves_the_checkout_alone(gru_cell_run):
 
 def test_the_pool_round_trips_through_json(gru_cell_run, tmp_path):
     pool, _, _ = gru_cell_run
+    (tmp_path / "assignments" / "l3-3-gru").mkdir(parents=True)
+    (tmp_path / "assignments" / "course.toml").write_text('default = "l3-3-gru"\n', encoding="utf-8")
     checkout = Layout(tmp_path)
     assert load_pool(checkout) is None
     path = write_pool(checkout, pool)
-    assert path == tmp_path / "mutants" / "auto_pool.json"
+    assert path == tmp_path / "assignments" / "l3-3-gru" / "auto_pool.json"
     assert load_pool(checkout) == pool
     text = path.read_text(encoding="utf-8")
     write_pool(checkout, load_pool(checkout))
@@ -102,7 +106,7 @@ def test_the_pool_round_trips_through_json(gru_cell_run, tmp_path):
 def test_the_committed_pool_was_made_from_the_current_reference():
     pool = load_pool(LAYOUT)
     assert pool is not None, f"{pool_path(LAYOUT)} is missing; regenerate it (grader.flows.automutants)"
-    digest = hashlib.sha256(LAYOUT.gru_source.read_bytes()).hexdigest()
+    digest = hashlib.sha256(LAYOUT.module_source.read_bytes()).hexdigest()
     assert pool.source_sha256 == digest, (
         f"{pool_path(LAYOUT)} was made from another gru.py; regenerate it with "
         "write_pool(layout, run_auto_mutants(layout))"
@@ -113,15 +117,15 @@ def test_the_committed_pool_was_made_from_the_current_reference():
 
 def test_a_reference_the_suite_fails_is_refused(tmp_path):
     # mutmut's clean run must pass before any mutant counts; a broken copy must raise, not score.
-    for part in ("reference/tinyllm", "reference/tests", "fixtures"):
+    for part in ("reference/tinyllm", "assignments"):
         shutil.copytree(
             LAYOUT.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__")
         )
     broken = Layout(tmp_path)
-    source = broken.gru_source.read_text(encoding="utf-8")
+    source = broken.module_source.read_text(encoding="utf-8")
     wrong = source.replace("return (1 - z) * n + z * h", "return z * n + (1 - z) * h")
     assert wrong != source
-    broken.gru_source.write_text(wrong, encoding="utf-8")
+    broken.module_source.write_text(wrong, encoding="utf-8")
     with pytest.raises(AutoMutantError, match="mutmut run must exit 0"):
         run_auto_mutants(broken, functions=["_check_rng"])
 

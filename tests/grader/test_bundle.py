@@ -71,11 +71,11 @@ def test_the_zip_holds_an_installable_checkout_and_nothing_built(bundle: Path) -
     with zipfile.ZipFile(bundle) as archive:
         names = set(archive.namelist())
     for needed in ("pyproject.toml", "README.md", "grader/cli.py", "grader/worker/serve.py",
-                   "reference/tinyllm/rnn/gru.py", "mutants/manifest.toml", "mutants/assignment.toml",
-                   "scripts/setup-sandbox.sh"):
+                   "reference/tinyllm/rnn/gru.py", "assignments/course.toml", "assignments/l3-3-gru/manifest.toml",
+                   "assignments/l3-3-gru/assignment.toml", "scripts/setup-sandbox.sh"):
         assert f"mutagrade/{needed}" in names, needed
     patches = {p.name for p in (LAYOUT.mutants / "patches").iterdir()}
-    assert patches <= {Path(n).name for n in names if n.startswith("mutagrade/mutants/patches/")}
+    assert patches <= {Path(n).name for n in names if n.startswith("mutagrade/assignments/l3-3-gru/patches/")}
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or ".egg-info" in n]
     assert not [n for n in names if n.startswith(("mutagrade/tests/", "mutagrade/.venv/", "mutagrade/examples/"))]
 
@@ -195,7 +195,8 @@ def test_a_repository_bundle_clones_the_course_repository_instead(tmp_path: Path
     with zipfile.ZipFile(out) as archive:
         names = set(archive.namelist())
         assert archive.read("repository").decode() == f"{url}\nv2026.1\n"
-    assert {"setup.sh", "run_autograder", "repository"} == names
+        assert archive.read("assignment").decode() == "l3-3-gru\n"  # the assignment run_autograder grades
+    assert {"setup.sh", "run_autograder", "repository", "assignment"} == names
 
 
 @pytest.mark.parametrize(
@@ -224,7 +225,7 @@ def test_an_assignment_given_goes_into_the_bundle_checked_first(tmp_path: Path) 
     done = mutagrade("bundle", "gradescope", "--output", str(out), "--assignment", str(good))
     assert done.returncode == 0, done.stderr
     with zipfile.ZipFile(out) as archive:
-        assert 'gradescope_score = "kills"' in archive.read("mutagrade/mutants/assignment.toml").decode()
+        assert 'gradescope_score = "kills"' in archive.read("mutagrade/assignments/l3-3-gru/assignment.toml").decode()
     bad = tmp_path / "bad.toml"
     bad.write_text(LAYOUT.assignment.read_text().replace('gradescope_score = "verdict"', 'gradescope_score = "all"'))
     done = mutagrade("bundle", "gradescope", "--output", str(tmp_path / "b.zip"), "--assignment", str(bad))

@@ -69,9 +69,11 @@ def test_calibration_runs_under_the_assignments_limits(tmp_path, monkeypatch):
     from grader.core.assignment import load_assignment
     from grader.core.paths import Layout
 
-    (tmp_path / "mutants").mkdir()
+    folder = tmp_path / "assignments" / LAYOUT.assignment_name
+    folder.mkdir(parents=True)
+    (tmp_path / "assignments" / "course.toml").write_text(f'default = "{LAYOUT.assignment_name}"\n')
     text = LAYOUT.assignment.read_text()
-    (tmp_path / "mutants" / "assignment.toml").write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
+    (folder / "assignment.toml").write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
     layout = Layout(tmp_path)
     seen = []
 
@@ -93,15 +95,16 @@ def test_a_budget_that_runs_out_is_named_not_taken_for_claims_that_fail(tmp_path
     (with what to change), instead of only calling the cells not run failed claims."""
     from grader.core.paths import Layout
 
-    for name in ("reference", "fixtures"):
-        (tmp_path / name).symlink_to(LAYOUT.root / name)
-    (tmp_path / "mutants").mkdir()
-    for item in LAYOUT.mutants.iterdir():
+    (tmp_path / "reference").symlink_to(LAYOUT.reference)
+    folder = tmp_path / "assignments" / LAYOUT.assignment_name
+    folder.mkdir(parents=True)
+    (tmp_path / "assignments" / "course.toml").symlink_to(LAYOUT.root / "assignments" / "course.toml")
+    for item in LAYOUT.assignment_dir.iterdir():
         if item.name != "assignment.toml":
-            (tmp_path / "mutants" / item.name).symlink_to(item)
+            (folder / item.name).symlink_to(item)
     text = LAYOUT.assignment.read_text()
     assert "budget_cpu_s = 300.0" in text
-    (tmp_path / "mutants" / "assignment.toml").write_text(text.replace("budget_cpu_s = 300.0", "budget_cpu_s = 0.2"))
+    (folder / "assignment.toml").write_text(text.replace("budget_cpu_s = 300.0", "budget_cpu_s = 0.2"))
     layout = Layout(tmp_path)
     report = calibrate(layout, sandbox="none", live=False)
     assert not report.ok

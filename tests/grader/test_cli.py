@@ -84,9 +84,9 @@ def test_calibrate_fails_loudly_naming_the_cell(tmp_path):
     """A manifest claim that does not hold (s05 caught by the init test) is exit 1 and named."""
     import shutil
 
-    for part in ("reference", "mutants", "fixtures"):
+    for part in ("reference", "assignments"):
         shutil.copytree(LAYOUT.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
-    manifest = tmp_path / "mutants" / "manifest.toml"
+    manifest = tmp_path / "assignments" / "l3-3-gru" / "manifest.toml"
     manifest.write_text(
         manifest.read_text().replace(
             'caught_by = ["test_hand_example_gru_cell"]\n',

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from grader.core.contract import ContractError, read_contract
-from grader.core.paths import default_layout
+from grader.core.paths import default_layout, layout_for
 from grader.core.protocol import Contract
 from grader.flows.golden import load_implementation
 from grader.worker import standin
@@ -26,8 +26,8 @@ from tinyllm.nn.module import Parameter
 from tinyllm.random import PCG32
 
 LAYOUT = default_layout()
-LSTM_FOLDER = LAYOUT.root / "assignments" / "l3-2-lstm" / "reference" / "tinyllm" / "rnn"
-LSTM_CONTRACT = read_contract(LSTM_FOLDER / "lstm.pyi", "tinyllm.rnn.lstm")
+LSTM = layout_for(LAYOUT.root, "l3-2-lstm")  # its reference module lives in the shared tinyllm
+LSTM_CONTRACT = read_contract(LSTM.contract_stub, "tinyllm.rnn.lstm")
 
 
 def test_each_stub_gives_its_modules_functions_and_module_classes():
@@ -85,7 +85,7 @@ class ServedLSTM:
     to it, and the same module loaded in-process to compare with."""
 
     def __init__(self) -> None:
-        source = (LSTM_FOLDER / "lstm.py").read_text()
+        source = LSTM.module_source.read_text()
         self.direct = load_implementation(source, LAYOUT.reference, "contract_direct_lstm")
         served = load_implementation(source, LAYOUT.reference, "contract_served_lstm")
         ours, theirs = socket.socketpair()
@@ -148,6 +148,27 @@ def test_a_stacked_lstm_with_dropout_and_lengths_matches_the_lstm(lstm, training
     assert isinstance(getattr(lstm.remote.LSTM(3, 4), "weight_ih_l0"), Parameter)
 
 
+@pytest.mark.parametrize("as_list", [False, True])
+def test_a_state_pair_of_tensors_crosses_as_a_pair_and_its_gradients_come_back(lstm, as_list):
+    """An LSTM's initial state ``(h0, c0)`` is a tuple of tensors: it crosses as a pair (a list
+    as a list), each tensor a parent of the outputs, so gradients reach h0 and c0 as in-process."""
+    def run(module):
+        rng = np.random.default_rng(3)
+        layer = module.LSTM(3, 4, num_layers=2, rng=PCG32(7))
+        x = Tensor(rng.normal(size=(5, 2, 3)), requires_grad=True)
+        h0 = Tensor(rng.normal(size=(2, 2, 4)), requires_grad=True)
+        c0 = Tensor(rng.normal(size=(2, 2, 4)), requires_grad=True)
+        out, (h_n, c_n) = layer(x, [h0, c0] if as_list else (h0, c0))
+        cell_h, cell_c = module.LSTMCell(3, 4, rng=PCG32(8))(x[0], (h0[0], c0[0]))
+        (out.sum() + (h_n * c_n).sum() + (cell_h * cell_c).sum()).backward()
+        return out.data, h_n.data, c_n.data, cell_h.data, cell_c.data, x.grad, h0.grad, c0.grad
+
+    want, got = run(lstm.direct), run(lstm.remote)
+    for w, g in zip(want, got):
+        assert g is not None
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("call", [
     lambda m: m.LSTM(3, 0),
     lambda m: m.LSTMCell(3, 4, rng="seed"),
@@ -187,7 +208,7 @@ def test_a_variant_is_installed_under_its_contracts_module_and_file_name(monkeyp
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delitem(sys.modules, "tinyllm.rnn.lstm", raising=False)
     monkeypatch.delattr(tinyllm.rnn, "lstm", raising=False)
-    source = (LSTM_FOLDER / "lstm.py").read_text()
+    source = LSTM.module_source.read_text()
     codecache.variant_code.cache_clear()
     code = codecache.variant_code(source, LSTM_CONTRACT.filename)
     codecache.variant_code.cache_clear()

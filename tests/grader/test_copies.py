@@ -27,7 +27,7 @@ HAND = "test_hand_example_gru_cell"
 
 
 def check(folder: Path, *, given: tuple[str, ...] = ASSIGNMENT.given_tests) -> CopyCheck:
-    return find_copies(folder, course_tests=LAYOUT.course_tests, label="reference/tests",
+    return find_copies(folder, course_tests=LAYOUT.course_tests, label="assignments/l3-3-gru/tests",
                        threshold=ASSIGNMENT.copy_similarity, given=given)
 
 
@@ -58,8 +58,8 @@ def test_an_unchanged_copy_of_the_course_tests_is_a_copy_of_each(tmp_path):
             assert not like.copied and not like.course_test.endswith(f"::{HAND}")
             continue
         assert like.similarity == 1.0 and like.copied
-        assert like.course_test == f"reference/tests/test_gru_properties.py::{name}"
-        assert like.reason == (f"copied from the course tests: reference/tests/test_gru_properties.py::{name} "
+        assert like.course_test == f"assignments/l3-3-gru/tests/test_gru_properties.py::{name}"
+        assert like.reason == (f"copied from the course tests: assignments/l3-3-gru/tests/test_gru_properties.py::{name} "
                                "(similarity 1.00)")
 
 
@@ -86,7 +86,7 @@ def test_a_copy_of_a_golden_test_with_its_fixtures_in_a_helper_file_is_found(tmp
     })
     (like,) = check(folder).tests
     assert like.copied and like.similarity >= 0.9, like
-    assert like.course_test == "reference/tests/test_gru_golden.py::test_matches_torch_cell"
+    assert like.course_test == "assignments/l3-3-gru/tests/test_gru_golden.py::test_matches_torch_cell"
 
 
 def test_a_copy_whose_body_moved_into_a_helper_is_still_a_copy(tmp_path):

@@ -8,9 +8,7 @@ from grader.flows.golden import (
     FLOAT32_TOLERANCE,
     GOLDEN_TOLERANCE,
     device_in_use,
-    golden_deviations,
-    golden_throughput,
-    live_deviations,
+    load_comparison,
     load_goldens,
     load_implementation,
 )
@@ -18,6 +16,10 @@ from grader.core.paths import default_layout
 from grader.core.variants import build_variants
 
 LAYOUT = default_layout()
+COMPARE = load_comparison(LAYOUT.golden_code)
+golden_deviations = COMPARE.golden_deviations
+golden_throughput = COMPARE.golden_throughput
+live_deviations = COMPARE.live_deviations
 VARIANTS = {v.id: v for v in build_variants(LAYOUT)}
 
 

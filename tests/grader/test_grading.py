@@ -315,7 +315,7 @@ def test_a_layer_made_with_its_own_generator_gives_the_hidden_size():
 def test_the_bundled_examples_tests_are_compared_and_none_is_a_copy(example_report):
     assert [t.status for t in example_report.tests] == [TestStatus.VALID] * len(example_report.tests)
     assert all(t.similarity is not None and t.similarity < 0.7 for t in example_report.tests)
-    assert all(t.similar_to.startswith("reference/tests/test_gru_") for t in example_report.tests)
+    assert all(t.similar_to.startswith("assignments/l3-3-gru/tests/test_gru_") for t in example_report.tests)
 
 
 def test_the_course_tests_handed_in_as_ones_own_do_not_pass(tmp_path):
@@ -331,7 +331,7 @@ def test_the_course_tests_handed_in_as_ones_own_do_not_pass(tmp_path):
     assert hand.valid and hand.kills
     for name, test in by_name.items():
         assert test.status is TestStatus.COPIED and not test.valid and test.kills == []
-        assert test.reason == (f"copied from the course tests: reference/tests/test_gru_properties.py::{name} "
+        assert test.reason == (f"copied from the course tests: assignments/l3-3-gru/tests/test_gru_properties.py::{name} "
                                "(similarity 1.00)")
         assert test.similarity == 1.0
         # Run on the reference only: a copy stops no mutant's run before the suite's own tests.
@@ -352,6 +352,6 @@ def test_the_course_tests_renamed_and_reformatted_do_not_pass_either(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "VERDICT: NOT PASSED" in done.stdout
     for name in ("test_gradcheck_gru_cell", "test_lengths_keep_padding_out", "test_default_state_and_bad_arguments"):
-        assert f"copied from the course tests: reference/tests/test_gru_properties.py::{name} (similarity 1.00)" \
+        assert f"copied from the course tests: assignments/l3-3-gru/tests/test_gru_properties.py::{name} (similarity 1.00)" \
             in done.stdout
     assert "test_mine.py::test_mine_" in done.stdout and "COPIED" in done.stdout

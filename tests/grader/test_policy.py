@@ -10,20 +10,24 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from grader.core.paths import default_layout, layout_for
 from grader.core.policy import (
-    DEFAULT_ALLOWED_IMPORTS,
+    STANDARD_IMPORTS,
     PolicyConfig,
     Violation,
     check_source,
     check_suite,
+    policy_for,
 )
+
+GRU = policy_for(default_layout())  # what the GRU's suites may import
 
 # A case: a snippet, then each violation it must give as (line, col, a word `what` holds).
 Case = tuple[str, list[tuple[int, int, str]]]
 
 
 def _assert_finds(source: str, expected: list[tuple[int, int, str]]) -> None:
-    violations = check_source(source, "test_gru.py")
+    violations = check_source(source, "test_gru.py", GRU)
     assert [(v.line, v.col) for v in violations] == [(line, col) for line, col, _ in expected], (
         [str(v) for v in violations]
     )
@@ -231,7 +235,7 @@ def test_string_conditions_of_skipif_and_xfail_are_rejected(source, expected):
 
 
 def test_a_string_condition_is_said_to_be_code_and_a_boolean_asked_for():
-    [violation] = check_source('import pytest\n\n@pytest.mark.skipif("1")\ndef test_x():\n    pass\n', "test_gru.py")
+    [violation] = check_source('import pytest\n\n@pytest.mark.skipif("1")\ndef test_x():\n    pass\n', "test_gru.py", GRU)
     assert str(violation).startswith("test_gru.py:3:20: string condition of 'skipif', ")
     assert "evaluates a string condition as Python code" in violation.why and "pass a boolean" in violation.why
 
@@ -248,7 +252,7 @@ BOOLEAN_CONDITIONS = [
 
 @pytest.mark.parametrize("source", BOOLEAN_CONDITIONS, ids=[s.splitlines()[0][:40] for s in BOOLEAN_CONDITIONS])
 def test_boolean_conditions_and_reasons_pass(source):
-    assert check_source("import pytest\n" + source, "test_gru.py") == []
+    assert check_source("import pytest\n" + source, "test_gru.py", GRU) == []
 
 
 TEXT: list[Case] = [
@@ -394,7 +398,7 @@ if __name__ == "__main__":
     "source", [SEED_EXAMPLE, CLEAN_SUITE], ids=["seed example", "careful student"]
 )
 def test_clean_tests_pass(source):
-    assert check_source(source, "test_gru.py") == []
+    assert check_source(source, "test_gru.py", GRU) == []
 
 
 ORDINARY: list[str] = [
@@ -418,11 +422,11 @@ ORDINARY: list[str] = [
 def test_ordinary_code_passes(source):
     """A variable or parameter named input, a class's own private attributes and the types
     the contract names (PCG32, Parameter) are not refused."""
-    assert check_source(source, "test_gru.py") == []
+    assert check_source(source, "test_gru.py", GRU) == []
 
 
 def test_a_violation_reads_file_line_column_what_and_why():
-    [violation] = check_source("import math\n\nimport os\n", "test_gru.py")
+    [violation] = check_source("import math\n\nimport os\n", "test_gru.py", GRU)
     assert str(violation) == (
         "test_gru.py:3:0: import of 'os', student tests may import only tinyllm.rnn.gru, "
         "tinyllm.autograd.tensor, tinyllm.nn.module, tinyllm.random, numpy, pytest and the "
@@ -433,9 +437,9 @@ def test_a_violation_reads_file_line_column_what_and_why():
 
 
 def test_the_allowlist_is_configurable_and_checked():
-    wider = PolicyConfig(allowed_imports=(*DEFAULT_ALLOWED_IMPORTS, "json"))
+    wider = PolicyConfig(allowed_imports=(*GRU.allowed_imports, "json"))
     assert check_source("import json", "t.py", wider) == []
-    [violation] = check_source("import json", "t.py")
+    [violation] = check_source("import json", "t.py", GRU)
     assert "json" in violation.what
     [narrow] = check_source("import numpy", "t.py", PolicyConfig(allowed_imports=("math",)))
     assert narrow.why == "student tests may import only the standard modules math"
@@ -450,7 +454,7 @@ def test_the_allowlist_is_configurable_and_checked():
 def _modules_exposed_by_allowed_modules() -> set[str]:
     """Names under which an allowed module (or numpy's public submodules) holds a module
     that may not be imported: each is a way around the import rule."""
-    allowed = set(DEFAULT_ALLOWED_IMPORTS)
+    allowed = set(GRU.allowed_imports)
     todo = [importlib.import_module(name) for name in sorted(allowed)]
     seen, exposed = set(), set()
     while todo:
@@ -459,7 +463,7 @@ def _modules_exposed_by_allowed_modules() -> set[str]:
             continue
         seen.add(module.__name__)
         for name in dir(module):
-            if name.startswith("_") or check_source(f"x.{name}", "t.py"):
+            if name.startswith("_") or check_source(f"x.{name}", "t.py", GRU):
                 continue  # already rejected: nothing behind it is reachable
             value = getattr(module, name, None)
             if not isinstance(value, types.ModuleType):
@@ -510,7 +514,7 @@ def test_a_clean_suite_with_other_files_and_a_byte_order_mark_passes(tmp_path):
             ".tdd/journal.jsonl": "{}\n",
         },
     )
-    assert check_suite(suite) == []
+    assert check_suite(suite, GRU) == []
 
 
 ACCEPTANCE_SUITE = '''\
@@ -534,7 +538,7 @@ def test_a_step_keeps_the_shape():
 
 
 def test_a_local_input_a_private_attribute_of_its_own_and_pcg32_pass(tmp_path):
-    assert check_suite(_write(tmp_path, {"test_gru.py": ACCEPTANCE_SUITE})) == []
+    assert check_suite(_write(tmp_path, {"test_gru.py": ACCEPTANCE_SUITE}), GRU) == []
 
 
 def test_compiled_files_are_rejected_by_name_and_pycache_folders_passed_over(tmp_path):
@@ -556,7 +560,7 @@ def test_compiled_files_are_rejected_by_name_and_pycache_folders_passed_over(tmp
             "notes.txt": "x\n",
         },
     )
-    violations = check_suite(suite)
+    violations = check_suite(suite, GRU)
     assert _where(violations) == [
         ("OLD.PYC", 1, 0),
         ("helpers.pyc", 1, 0),
@@ -576,7 +580,7 @@ def test_compiled_files_are_rejected_by_name_and_pycache_folders_passed_over(tmp
 
 def test_conftest_anywhere_is_rejected(tmp_path):
     suite = _write(tmp_path, {"conftest.py": "", "sub/conftest.py": "import numpy\n"})
-    violations = check_suite(suite)
+    violations = check_suite(suite, GRU)
     assert _where(violations) == [("conftest.py", 1, 0), ("sub/conftest.py", 1, 0)]
     assert all(v.what == "conftest.py" for v in violations)
 
@@ -589,21 +593,21 @@ def test_a_nested_directory_is_checked_and_paths_are_relative(tmp_path):
             "deep/er/test_b.py": "import numpy as np\nnp.load('w')\n",
         },
     )
-    violations = check_suite(suite)
+    violations = check_suite(suite, GRU)
     assert _where(violations) == [("deep/er/test_b.py", 2, 3), ("test_a.py", 2, 0)]
     assert "load" in violations[0].what and "sys" in violations[1].what
 
 
 def test_a_syntax_error_is_reported_with_its_line(tmp_path):
     suite = _write(tmp_path, {"test_gru.py": "import numpy\n\ndef test_x(:\n    pass\n"})
-    [violation] = check_suite(suite)
+    [violation] = check_suite(suite, GRU)
     assert _where([violation]) == [("test_gru.py", 3, 11)]
     assert violation.what.startswith("syntax error")
 
 
 def test_a_file_that_is_not_utf8_is_rejected_where_it_breaks(tmp_path):
     suite = _write(tmp_path, {"test_gru.py": b"x = 1\r\ny = '\xe9t\xe9'\n"})
-    [violation] = check_suite(suite)
+    [violation] = check_suite(suite, GRU)
     assert _where([violation]) == [("test_gru.py", 2, 5)]
     assert "UTF-8" in violation.what
 
@@ -614,7 +618,7 @@ def test_links_are_rejected_and_not_followed(tmp_path):
     os.symlink(outside / "test_evil.py", suite / "test_link.py")
     os.symlink(outside, suite / "linked_dir")
     os.symlink(suite / "missing.py", suite / "dangling.py")
-    violations = check_suite(suite)
+    violations = check_suite(suite, GRU)
     assert _where(violations) == [
         ("dangling.py", 1, 0),
         ("linked_dir", 1, 0),
@@ -625,7 +629,7 @@ def test_links_are_rejected_and_not_followed(tmp_path):
 
 def test_special_files_are_rejected_without_being_read(tmp_path):
     os.mkfifo(tmp_path / "test_fifo.py")  # reading it would block forever
-    [violation] = check_suite(tmp_path)
+    [violation] = check_suite(tmp_path, GRU)
     assert (violation.path, violation.what) == ("test_fifo.py", "special file")
 
 
@@ -638,7 +642,7 @@ def test_violations_come_sorted_by_path_line_and_column(tmp_path):
             "a/test_c.py": "eval('1')\n",
         },
     )
-    violations = check_suite(suite)
+    violations = check_suite(suite, GRU)
     assert _where(violations) == [
         ("a/test_c.py", 1, 0),
         ("test_a.py", 1, 6),
@@ -655,3 +659,16 @@ def test_a_suite_must_be_a_directory(tmp_path):
     with pytest.raises(ValueError, match="tests_dir must be a directory"):
         check_suite(tmp_path / "test_x.py")
 
+
+
+def test_what_a_suite_may_import_comes_from_its_assignments_contract():
+    lstm = policy_for(layout_for(default_layout().root, "l3-2-lstm"))
+    assert "tinyllm.rnn.lstm" in lstm.allowed_imports and "tinyllm.rnn.gru" not in lstm.allowed_imports
+    assert "tinyllm.rnn.gru" in GRU.allowed_imports and "tinyllm.rnn.lstm" not in GRU.allowed_imports
+    for config in (GRU, lstm):  # the types the stubs name, and nothing of the framework besides
+        assert {"tinyllm.autograd.tensor", "tinyllm.nn.module", "tinyllm.random"} <= set(config.allowed_imports)
+        assert not {"tinyllm", "tinyllm.rnn", "tinyllm.nn", "tinyllm.autograd.functional"} & set(config.allowed_imports)
+        assert set(STANDARD_IMPORTS) <= set(config.allowed_imports)
+    [wrong] = check_source("import tinyllm.rnn.gru\n", "test_lstm.py", lstm)
+    assert "tinyllm.rnn.gru" in str(wrong)
+    assert check_source("from tinyllm.rnn.lstm import LSTM, lstm_cell\n", "test_lstm.py", lstm) == []

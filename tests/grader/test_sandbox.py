@@ -48,7 +48,7 @@ from tests.calls import record_calls
 from tests.limits import unbudgeted
 
 LAYOUT = default_layout()
-REFERENCE = LAYOUT.gru_source.read_text()
+REFERENCE = LAYOUT.module_source.read_text()
 LIMITS = unbudgeted(run_timeout_s=12.0, test_timeout_s=2.0, memory_mb=1024, jobs=1, sandbox=SandboxMode.STRICT)
 SECRET = "TOPSECRET-4f1c9"
 ENV_SECRET = "ENVSECRET-77d2a"
@@ -309,7 +309,7 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
         "canary": str(outside / "canary.txt"),
         "new_file": str(outside / "new.txt"),
         "grader_file": str(LAYOUT.root / "grader" / "worker" / "serve.py"),
-        "reference_file": str(LAYOUT.gru_source),
+        "reference_file": str(LAYOUT.module_source),
         "original": str(tests / "test_hostile.py"),
         "port": listener.getsockname()[1],
         "secret_file": str(outside / "secret.txt"),
@@ -322,7 +322,7 @@ def test_an_attack_is_a_per_test_error_and_harms_nothing(attack, tmp_path, outsi
     _write_suite(tests, HEADER + "\n\ndef test_hostile():" + body)
     # The grader's own code the attacks aim at (not all of grader/: it may be edited meanwhile).
     code = [LAYOUT.root / "grader" / name for name in ("worker/serve.py", "worker/child.py", "sandbox", "run/runner.py")]
-    watched = [*code, LAYOUT.reference, LAYOUT.goldens.parent, outside, tests]
+    watched = [*code, LAYOUT.reference, LAYOUT.course_tests, LAYOUT.goldens.parent, outside, tests]
     before = _digest(watched)
     # The next submission's worker starts alongside, as the grader starts its workers ahead:
     # the attack must not reach it either.
@@ -557,7 +557,9 @@ def test_submitted_code_runs_as_a_sandbox_user_with_only_its_copy_in_sight(tmp_p
     suite = HEADER + f'''
 def test_who_and_where():
     seen = sorted(os.listdir({str(LAYOUT.root)!r}))
-    assert False, f"uid={{os.getuid()}} gid={{os.getgid()}} groups={{os.getgroups()}} seen={{seen}} cwd={{os.getcwd()}}"
+    folder = {str(LAYOUT.assignment_dir)!r}  # only its goldens/ are the runs' to read
+    inside = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    assert False, f"uid={{os.getuid()}} gid={{os.getgid()}} groups={{os.getgroups()}} seen={{seen}} inside={{inside}} cwd={{os.getcwd()}}"
 '''
     tests = _write_suite(tmp_path / "tests", suite)
     [run] = _run(tests)
@@ -566,8 +568,12 @@ def test_who_and_where():
     uid = int(message.split("uid=")[1].split()[0])
     assert uid in uids and uid != os.getuid()
     assert "groups=[]" in message
+    seen = message.split("seen=")[1].split(" inside=")[0]
     for hidden in ("mutants", "pyproject.toml", ".git", "tests", "examples"):
-        assert f"'{hidden}'" not in message.split("seen=")[1], hidden
+        assert f"'{hidden}'" not in seen, hidden
+    # The assignment's folder shows its goldens, and none of its variants, rules or course tests.
+    inside = message.split(" inside=")[1].split(" cwd=")[0]
+    assert inside in ("[]", "['goldens']"), inside
     assert f"cwd={tests}" in message  # the copy sits where the tests were: messages name real paths
 
 

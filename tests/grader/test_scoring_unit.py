@@ -336,7 +336,7 @@ def test_a_copy_of_a_course_test_is_not_valid_and_kills_nothing(variants: list[V
     from grader.core.copies import CopyCheck, Likeness
 
     mutants = _ids(variants, VariantKind.MUTANT)
-    course = "reference/tests/test_gru_properties.py::test_gradcheck_gru_cell"
+    course = "assignments/l3-3-gru/tests/test_gru_properties.py::test_gradcheck_gru_cell"
     copies = CopyCheck(threshold=0.8, tests=[
         Likeness(test="test_a.py::test_copy", similarity=0.97, course_test=course, copied=True),
         Likeness(test="test_a.py::test_own", similarity=0.31, course_test=course),

@@ -168,7 +168,7 @@ def test_honest_distinct_suites_stay_below_the_threshold(command) -> None:
 
 
 def test_suites_repeating_the_course_tests_are_not_flagged_against_each_other(submissions: Path) -> None:
-    suites, _ = read_suites(submissions)
+    suites, _ = read_suites(submissions, tests=LAYOUT.student_tests)
     erin_frank = [s for s in suites if s.student in ("erin", "frank")]
     with_course = compare_suites(erin_frank, boilerplate=course_boilerplate(LAYOUT), threshold=0.0)
     without = compare_suites(erin_frank, boilerplate=[], threshold=0.0)

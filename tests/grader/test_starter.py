@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.journal import GRU_FILE
 from grader.core.paths import default_layout
 from grader.flows.starter import JOURNAL, StarterError, starter_files, stub_source, write_starter
-from grader.flows.tdd import DEFAULT_IMPL, DEFAULT_TESTS
+from grader.flows.tdd import DEFAULT_IMPL
 
 LAYOUT = default_layout()
+GRU_FILE = LAYOUT.module_file  # tinyllm/rnn/gru.py
+DEFAULT_TESTS = LAYOUT.student_tests  # python/tests/l3-3-gru
 STARTER = LAYOUT.examples / "starter"
 CONTRACT = LAYOUT.reference / "tinyllm" / "rnn" / "gru.pyi"
 STUB = f"{DEFAULT_IMPL.as_posix()}/{GRU_FILE}"
@@ -55,10 +56,14 @@ def test_the_starter_holds_the_framework_the_stub_the_given_test_the_journal_and
     package = LAYOUT.reference / "tinyllm"
     framework = {
         f"{DEFAULT_IMPL.as_posix()}/tinyllm/{p.relative_to(package).as_posix()}"
-        for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p != LAYOUT.gru_source
+        for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p not in LAYOUT.answer_files
     }
     assert framework <= set(files) and f"{DEFAULT_IMPL.as_posix()}/tinyllm/rnn/gru.pyi" in framework
-    assert files[STUB] != LAYOUT.gru_source.read_bytes() and files[JOURNAL] == b""
+    # Another assignment's reference module (the shared tinyllm's lstm.py) is an answer too: not handed out.
+    others = {f"{DEFAULT_IMPL.as_posix()}/tinyllm/{p.relative_to(package).as_posix()}"
+              for p in LAYOUT.answer_files if p != LAYOUT.module_source}
+    assert others and not others & set(files)
+    assert files[STUB] != LAYOUT.module_source.read_bytes() and files[JOURNAL] == b""
     assert {".github/workflows/mutagrade.yml", ".gitlab-ci.yml", "README.md", GIVEN} <= set(files)
     tests = [n.name for n in ast.parse(files[GIVEN]).body if isinstance(n, ast.FunctionDef)]
     assert tests == ["test_hand_example_gru_cell"]
@@ -124,7 +129,7 @@ def test_the_given_test_is_red_on_the_stub_and_green_on_a_written_gru(tmp_path: 
     write_starter(LAYOUT, repo)
     red = _pytest(repo)
     assert red.returncode == 1 and "NotImplementedError: gru_cell is not written yet" in red.stdout, red.stdout
-    shutil.copyfile(LAYOUT.gru_source, repo / STUB)
+    shutil.copyfile(LAYOUT.module_source, repo / STUB)
     green = _pytest(repo)
     assert green.returncode == 0 and "1 passed" in green.stdout, green.stdout
 

@@ -135,10 +135,11 @@ def tight_root(tmp_path: Path) -> Path:
     """A checkout whose assignment gives each test 1 s (the reference and course tests as shipped)."""
     root = tmp_path / "course"
     shutil.copytree(LAYOUT.reference, root / "reference", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(LAYOUT.root / "assignments", root / "assignments", ignore=shutil.ignore_patterns("__pycache__"))
     text = LAYOUT.assignment.read_text()
     assert "test_timeout_s = 10.0" in text
-    (root / "mutants").mkdir()
-    (root / "mutants" / "assignment.toml").write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
+    rules = root / LAYOUT.assignment.relative_to(LAYOUT.root)
+    rules.write_text(text.replace("test_timeout_s = 10.0", "test_timeout_s = 1.0"))
     return root
 
 
@@ -201,10 +202,11 @@ def test_the_student_commands_take_the_courses_assignment_limit(repo, tight_root
 def test_a_journal_at_the_assignments_most_entries_takes_no_more(repo, tmp_path):
     root = tmp_path / "course"
     shutil.copytree(LAYOUT.reference, root / "reference", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "mutants").mkdir()
+    shutil.copytree(LAYOUT.root / "assignments", root / "assignments", ignore=shutil.ignore_patterns("__pycache__"))
     text = LAYOUT.assignment.read_text()
     assert "max_journal_entries = 100" in text
-    (root / "mutants" / "assignment.toml").write_text(text.replace("max_journal_entries = 100", "max_journal_entries = 2"))
+    rules = root / LAYOUT.assignment.relative_to(LAYOUT.root)
+    rules.write_text(text.replace("max_journal_entries = 100", "max_journal_entries = 2"))
 
     def run(phase: str) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -319,14 +319,14 @@ def test_no_report_holds_a_line_of_any_variant(tmp_path):
 def test_the_reference_source_cannot_be_read_while_variants_are_graded(tmp_path):
     # Its bytecode neither: `make` compiles the checkout ahead, and any import of the reference
     # outside the sandbox may leave a .pyc beside it.
-    compiled = Path(py_compile.compile(str(LAYOUT.gru_source), doraise=True))
+    compiled = Path(py_compile.compile(str(LAYOUT.module_source), doraise=True))
     assert compiled.parent.name == "__pycache__" and compiled.stat().st_size > 0
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_peek.py").write_text(
         "import glob\n\n"
         "def test_peek():\n"
-        f"    paths = [{str(LAYOUT.gru_source)!r}, *glob.glob({str(compiled.parent)!r} + '/gru.*')]\n"
+        f"    paths = [{str(LAYOUT.module_source)!r}, *glob.glob({str(compiled.parent)!r} + '/gru.*')]\n"
         "    assert len(paths) >= 2\n"
         "    for path in paths:\n"
         "        try:\n            with open(path, 'rb') as f:\n                data = f.read()\n"

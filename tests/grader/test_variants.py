@@ -21,8 +21,8 @@ LAYOUT = default_layout()
 
 
 def _copy_layout(tmp_path: Path) -> Layout:
-    """A private copy of the reference and the mutants, to break on purpose."""
-    for part in ("reference/tinyllm", "mutants"):
+    """A private copy of the reference and the assignments, to break on purpose."""
+    for part in ("reference/tinyllm", "assignments"):
         shutil.copytree(LAYOUT.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     return Layout(tmp_path)
 
@@ -38,7 +38,7 @@ def test_the_manifest_holds_twelve_mutants_three_wheats_and_s02_required():
     for variant in variants:
         if variant.kind is VariantKind.MUTANT:
             assert variant.spec.pitfall and variant.spec.caught_by
-            assert variant.source != LAYOUT.gru_source.read_text()
+            assert variant.source != LAYOUT.module_source.read_text()
         compile(variant.source, variant.id, "exec")
 
 
@@ -55,7 +55,7 @@ def test_apply_patch_follows_a_hunk_that_moved():
 
 def test_a_patch_that_no_longer_applies_names_the_variant_and_hunk(tmp_path):
     layout = _copy_layout(tmp_path)
-    gru = layout.gru_source
+    gru = layout.module_source
     # Edit the line only s11 changes, as if the reference had been rewritten since the patch.
     gru.write_text(gru.read_text().replace("h = state[k]\n", "h = state[k]  # each layer its own\n"))
     with pytest.raises(PatchError) as info:

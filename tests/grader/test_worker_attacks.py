@@ -16,7 +16,7 @@ from grader.sandbox.base import Layer
 from grader.sandbox.status import sandbox_status
 
 LAYOUT = default_layout()
-REFERENCE = LAYOUT.gru_source.read_text()
+REFERENCE = LAYOUT.module_source.read_text()
 LIMITS = unbudgeted(test_timeout_s=20.0, run_timeout_s=60.0)
 
 HEADER = "import os\nimport numpy as np\n\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grader.core.models import Outcome, WorkerRun
-from grader.core.paths import Layout, default_layout
+from grader.core.paths import default_layout
 from grader.run.runner import run_suites
 from tests.limits import unbudgeted
 from grader.sandbox.base import SandboxMode
@@ -34,9 +34,9 @@ def _run(tmp_path: Path, impl: Path):
     tests.mkdir()
     (tests / "test_gru.py").write_text(TEST)
     [run] = run_suites(
-        layout=Layout(LAYOUT.root, implementation=impl),
+        layout=LAYOUT.with_implementation(impl),
         tests_dir=tests,
-        runs=[WorkerRun(variant="student", source=LAYOUT.gru_source.read_text())],
+        runs=[WorkerRun(variant="student", source=LAYOUT.module_source.read_text())],
         hash_seed=1,
         limits=unbudgeted(sandbox=SandboxMode.NONE),
     )
@@ -82,7 +82,7 @@ def test_a_test_cannot_import_the_rest_of_the_grader(tmp_path, mode):
     (tests / "test_sees.py").write_text(SEES)
     [run] = run_suites(
         layout=LAYOUT, tests_dir=tests,
-        runs=[WorkerRun(variant="reference", source=LAYOUT.gru_source.read_text())],
+        runs=[WorkerRun(variant="reference", source=LAYOUT.module_source.read_text())],
         hash_seed=1, limits=unbudgeted(sandbox=mode),
     )
     assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run
@@ -102,7 +102,7 @@ def test_the_worker_imports_numpy_testing_ahead_only_for_tests_that_name_it(tmp_
     )
     [run] = run_suites(
         layout=LAYOUT, tests_dir=tests,
-        runs=[WorkerRun(variant="reference", source=LAYOUT.gru_source.read_text())],
+        runs=[WorkerRun(variant="reference", source=LAYOUT.module_source.read_text())],
         hash_seed=1, limits=unbudgeted(sandbox=SandboxMode.AUTO),
     )
     assert [(r.outcome, r.message) for r in run.results] == [(Outcome.PASSED, "")], run

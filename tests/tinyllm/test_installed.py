@@ -21,12 +21,13 @@ def test_the_installed_tinyllm_is_the_reference(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip()).resolve() == LAYOUT.gru_source.resolve()
+    assert Path(done.stdout.strip()).resolve() == LAYOUT.module_source.resolve()
 
 
 def test_the_course_tests_run_in_the_venv_with_no_pythonpath():
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "reference/tests"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         LAYOUT.course_tests.relative_to(LAYOUT.root).as_posix()],
         capture_output=True, text=True, cwd=LAYOUT.root, env=ENV, timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

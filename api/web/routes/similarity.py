@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -57,9 +58,9 @@ class ClassSuites:
     key: Hashable  # what they were read from
 
 
-def _suite_of(student: str, upload: Upload, limits: ArchiveLimits) -> SuiteText | SkippedStudent:
+def _suite_of(student: str, upload: Upload, tests: PurePosixPath, limits: ArchiveLimits) -> SuiteText | SkippedStudent:
     try:
-        with open_tests(upload, label=upload.name, archive_limits=limits) as opened:
+        with open_tests(upload, tests=tests, label=upload.name, archive_limits=limits) as opened:
             suite = read_suite(opened.where.tests, student=student)
     except (GradingInputError, OSError) as exc:
         return SkippedStudent(student=student, reason=str(exc))
@@ -78,7 +79,8 @@ def class_suites(request: Request, session: Session) -> ClassSuites:
         suites: list[SuiteText] = []
         skipped: list[SkippedStudent] = []
         for submission_id, name, data in stored_archives(session, records):
-            read = _suite_of(records[submission_id].student, Upload(name=name, data=data), limits)
+            read = _suite_of(records[submission_id].student, Upload(name=name, data=data),
+                             request.app.state.layout.student_tests, limits)
             (suites if isinstance(read, SuiteText) else skipped).append(read)
         return ClassSuites(suites=sorted(suites, key=lambda s: s.student),
                            skipped=sorted(skipped, key=lambda s: s.student),

@@ -1,35 +1,18 @@
-"""Fixtures for the L3.2 course tests: the torch goldens, one comparison rule, and the path
-to ``tinyllm.rnn.lstm``.
+"""Fixtures for the L3.2 course tests: the torch goldens and one comparison rule.
 
 The tests themselves import only ``tinyllm``, numpy and pytest, so they run against any
-implementation of the contract that is first on ``sys.path``. The reference ``lstm.py`` lives
-in this assignment's ``reference/tinyllm/rnn/``, outside the shared ``tinyllm`` package: it is
-appended to ``tinyllm.rnn.__path__``, after the package's own folder, so a ``tinyllm`` that
-has its own ``rnn/lstm.py`` keeps it, and one without takes the reference's.
+implementation of the contract that is first on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-_ASSIGNMENT = Path(__file__).resolve().parents[1]
-_LSTM_FOLDER = _ASSIGNMENT / "reference" / "tinyllm" / "rnn"
-_SHARED_REFERENCE = _ASSIGNMENT.parents[1] / "reference"  # the repository's tinyllm
-_DEFAULT_GOLDENS = _ASSIGNMENT / "goldens" / "lstm_torch.npz"
-
-# Last on the path: a tinyllm already importable (the one under test) comes first.
-if str(_SHARED_REFERENCE) not in sys.path:
-    sys.path.append(str(_SHARED_REFERENCE))
-
-import tinyllm.rnn  # noqa: E402  (needs the path above)
-
-if str(_LSTM_FOLDER) not in tinyllm.rnn.__path__:
-    tinyllm.rnn.__path__.append(str(_LSTM_FOLDER))
+_DEFAULT_GOLDENS = Path(__file__).resolve().parents[1] / "goldens" / "lstm_torch.npz"
 
 
 @pytest.fixture(scope="session")

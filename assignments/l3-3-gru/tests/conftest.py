@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_DEFAULT_GOLDENS = Path(__file__).resolve().parents[2] / "fixtures" / "gru_torch.npz"
+_DEFAULT_GOLDENS = Path(__file__).resolve().parents[1] / "goldens" / "gru_torch.npz"
 
 
 @pytest.fixture(scope="session")
 def goldens() -> dict[str, np.ndarray]:
-    """Every array of ``fixtures/gru_torch.npz`` (or of ``$MUTAGRADE_GOLDENS``), by name."""
+    """Every array of ``goldens/gru_torch.npz`` (or of ``$MUTAGRADE_GOLDENS``), by name."""
     path = Path(os.environ.get("MUTAGRADE_GOLDENS", _DEFAULT_GOLDENS))
     with np.load(path, allow_pickle=False) as data:
         return {name: data[name] for name in data.files}

@@ -1,0 +1,1 @@
+"""tinyllm: a small numpy deep-learning framework, written to be read."""

@@ -1,0 +1,5 @@
+"""Reverse-mode automatic differentiation over numpy arrays."""
+
+from tinyllm.autograd.tensor import Tensor
+
+__all__ = ["Tensor"]
