@@ -410,3 +410,17 @@ def test_the_package_builds_from_a_fresh_venv_of_each_supported_python(python, t
     [built] = (tmp_path / "dist").glob("mutagrade_student-*-py3-none-any.whl")
     with zipfile.ZipFile(built) as archive:
         assert "grader/student_cli.py" in archive.namelist()
+
+
+def test_the_package_checks_an_lstm_repository_by_its_tests_folder(installed):
+    """The package carries every module's student-facing part: the LSTM example repository is
+    checked by its own course tests and goldens, its journal replayed, with no --assignment:
+    the repository's python/tests/l3-2-lstm/ says which module it is."""
+    repo = installed.home / "lstm-check"
+    shutil.copytree(LAYOUT.examples / "lstm-student", repo, ignore=shutil.ignore_patterns("__pycache__"))
+    done = installed.run("mutagrade", "check", cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "10/10 course tests pass (fixture goldens; torch not installed)" in done.stdout, done.stdout
+    assert "Journal: verified (20 entries" in done.stdout, done.stdout
+    status = installed.run("mutagrade", "tdd", "status", cwd=repo)
+    assert status.returncode == 0 and "python/tests/l3-2-lstm" in status.stdout, status.stdout
