@@ -24,9 +24,11 @@ from api.config import Settings
 from api.store.db import Submission, make_engine, make_sessionmaker
 from api.work.jobs import grade_submission
 from api.store.migrate import upgrade
+from grader.core.paths import default_layout
 from tests.api.conftest import STUDENT, tar_gz, wait_done
 
-TESTS = "python/tests/l3-3-gru"
+LAYOUT = default_layout()
+TESTS = str(LAYOUT.student_tests)
 
 
 @pytest.fixture
@@ -52,7 +54,7 @@ def _made_by(command: list[str], cwd: Path, out: Path) -> bytes:
 
 def _unpacked(data: bytes, dest: Path):
     dest.mkdir()
-    return unpack(data, dest, ArchiveLimits())
+    return unpack(data, dest, ArchiveLimits(), tests=LAYOUT.student_tests)
 
 
 def _test_files(folder: Path) -> list[str]:
@@ -248,7 +250,7 @@ def test_what_cannot_be_unpacked_as_it_reads_is_refused_naming_the_member(data, 
     dest = tmp_path / "dest"
     dest.mkdir()
     with pytest.raises(ArchiveError) as staged:
-        unpack(data, dest, ArchiveLimits())
+        unpack(data, dest, ArchiveLimits(), tests=LAYOUT.student_tests)
     assert str(staged.value) == str(caught.value)
 
 
