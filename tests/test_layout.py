@@ -168,3 +168,16 @@ def test_no_file_of_the_grader_or_the_service_names_a_module_of_the_course() -> 
             text = path.read_text(encoding="utf-8", errors="replace").lower()
             named += [f"{path.relative_to(ROOT)}: {word}" for word in sorted(words) if word in text]
     assert not named, named
+
+
+def test_every_parse_of_the_grader_goes_through_the_one_lock() -> None:
+    """CPython 3.11 fails two parses in two threads at once (grader/core/parsing.py): no module
+    of the grader or the service calls ast.parse or compile(..., ast.PyCF_ONLY_AST) itself."""
+    found = []
+    for part in ("grader", "api"):
+        for path in sorted((ROOT / part).rglob("*.py")):
+            if path == ROOT / "grader" / "core" / "parsing.py":
+                continue
+            text = path.read_text(encoding="utf-8")
+            found += [f"{path.relative_to(ROOT)}: {call}" for call in ("ast.parse(", "PyCF_ONLY_AST") if call in text]
+    assert not found, found

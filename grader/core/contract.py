@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from grader.core.parsing import parse
 from grader.core.protocol import Contract
 
 __all__ = ["ContractError", "read_contract", "stub_imports"]
@@ -38,12 +39,7 @@ def read_contract(stub: Path, module: str) -> Contract:
         ContractError: naming the file (and line) when it cannot be read, or declares neither a
             function nor a ``Module`` class.
     """
-    try:
-        tree = ast.parse(stub.read_text(encoding="utf-8"), filename=str(stub))
-    except OSError as exc:
-        raise ContractError(f"{stub}: the contract stub cannot be read: {exc.strerror or exc}") from None
-    except SyntaxError as exc:
-        raise ContractError(f"{stub}, line {exc.lineno}: the contract stub is not valid Python: {exc.msg}") from None
+    tree = _stub_tree(stub)
     listed = _all(tree)
     public = (lambda name: name in listed) if listed is not None else (lambda name: not name.startswith("_"))
     functions = tuple(n.name for n in tree.body if isinstance(n, ast.FunctionDef) and public(n.name))
@@ -69,12 +65,7 @@ def stub_imports(stub: Path) -> tuple[str, ...]:
     Raises:
         ContractError: naming the file when it cannot be read or parsed.
     """
-    try:
-        tree = ast.parse(stub.read_text(encoding="utf-8"), filename=str(stub))
-    except OSError as exc:
-        raise ContractError(f"{stub}: the contract stub cannot be read: {exc.strerror or exc}") from None
-    except SyntaxError as exc:
-        raise ContractError(f"{stub}, line {exc.lineno}: the contract stub is not valid Python: {exc.msg}") from None
+    tree = _stub_tree(stub)
     found: list[str] = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module != "__future__":
@@ -82,6 +73,20 @@ def stub_imports(stub: Path) -> tuple[str, ...]:
         elif isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
     return tuple(dict.fromkeys(found))
+
+
+def _stub_tree(stub: Path) -> ast.Module:
+    """The stub's syntax tree (parsed as every parse of the grader is: one at a time).
+
+    Raises:
+        ContractError: naming the file (and line) when it cannot be read or parsed.
+    """
+    try:
+        return parse(stub.read_text(encoding="utf-8"), filename=str(stub))
+    except OSError as exc:
+        raise ContractError(f"{stub}: the contract stub cannot be read: {exc.strerror or exc}") from None
+    except SyntaxError as exc:
+        raise ContractError(f"{stub}, line {exc.lineno}: the contract stub is not valid Python: {exc.msg}") from None
 
 
 def _all(tree: ast.Module) -> set[str] | None:

@@ -1,10 +1,10 @@
 """The LSTM's variants (assignments/l3-2-lstm/manifest.toml) against its course tests.
 
-Each variant's ``lstm.py`` is the assignment's reference with its patch applied by
-``grader.core.variants.apply_patch``, written into a copy of the repository's ``tinyllm``
-(``reference/tinyllm`` plus ``rnn/lstm.py``). The course tests run against that copy in a
-pytest of their own, the copy first on ``PYTHONPATH``, so ``tinyllm.rnn.lstm`` is the variant's
-and not the reference the course conftest falls back to. The runs go a few at a time. Every
+Each variant's ``lstm.py`` is the reference (``reference/tinyllm/rnn/lstm.py``) with its patch
+applied by ``grader.core.variants.apply_patch``, written over ``rnn/lstm.py`` in a copy of the
+repository's ``tinyllm``. The course tests run against that copy in a pytest of their own, the
+copy first on ``PYTHONPATH``, so ``tinyllm.rnn.lstm`` is the variant's and not the installed
+reference. The runs go a few at a time. Every
 mutant must fail at least one course test, its ``caught_by`` tests among them; the reference
 and every wheat must pass them all.
 """
@@ -28,7 +28,7 @@ from grader.core.variants import VariantKind, VariantSpec, apply_patch, load_man
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = ROOT / "assignments" / "l3-2-lstm"
 MANIFEST = ASSIGNMENT / "manifest.toml"
-REFERENCE_LSTM = ASSIGNMENT / "reference" / "tinyllm" / "rnn" / "lstm.py"
+REFERENCE_LSTM = ROOT / "reference" / "tinyllm" / "rnn" / "lstm.py"  # in the shared tinyllm
 COURSE_TESTS = ASSIGNMENT / "tests"
 SHARED_TINYLLM = ROOT / "reference" / "tinyllm"
 
