@@ -29,6 +29,7 @@ __all__ = [
     "FLOAT32_TOLERANCE",
     "GOLDEN_TOLERANCE",
     "CaseDeviation",
+    "LiveCases",
     "Throughput",
     "device_in_use",
     "load_comparison",
@@ -140,6 +141,73 @@ def worst_of(
 def torch_available() -> bool:
     """Whether torch can be imported here."""
     return importlib.util.find_spec("torch") is not None
+
+
+class LiveCases:
+    """What every live comparison with torch shares, whatever the module: torch set up to
+    compare exactly (one thread, no TF32) on ``device`` in ``dtype``, the tolerance that goes
+    with it, and random cases drawn the same way (sizes, torch's weights, inputs, lengths).
+
+    In float32 both sides start from the same float32-rounded numbers (the implementation in
+    float64) and :data:`FLOAT32_TOLERANCE` applies, relative to each array's scale.
+
+    Raises:
+        ImportError: if torch is not installed.
+    """
+
+    def __init__(self, *, seed: int, device: str, dtype: str) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        torch.backends.cudnn.allow_tf32 = False  # TF32 would round far below float32's precision
+        torch.backends.cuda.matmul.allow_tf32 = False
+        self.torch, self.device = torch, device
+        self.single = dtype == "float32"
+        self.torch_dtype = torch.float32 if self.single else torch.float64
+        self.tolerance = FLOAT32_TOLERANCE if self.single else GOLDEN_TOLERANCE
+        self.rng = np.random.default_rng(seed)
+
+    def draw(self, shape: tuple[int, ...], scale: float = 1.0, uniform: bool = False) -> np.ndarray:
+        values = self.rng.uniform(-scale, scale, size=shape) if uniform else self.rng.normal(size=shape) * scale
+        return values.astype(np.float32).astype(np.float64) if self.single else values
+
+    def sizes(self, number: int) -> tuple[int, int, int, int, int, str]:
+        """Steps, batch, inputs, hidden units and layers of case ``number``, and its name."""
+        steps, batch = int(self.rng.integers(2, 6)), int(self.rng.integers(1, 4))
+        d_in, hidden, layers = int(self.rng.integers(1, 5)), int(self.rng.integers(1, 5)), int(self.rng.integers(1, 4))
+        return steps, batch, d_in, hidden, layers, f"live{number}(T={steps},B={batch},D={d_in},H={hidden},L={layers})"
+
+    def module(self, cls: Any, d_in: int, hidden: int, layers: int) -> Any:
+        """A torch recurrent layer of ``cls`` on the device, its weights drawn in [-0.6, 0.6]."""
+        module = cls(d_in, hidden, num_layers=layers).to(device=self.device, dtype=self.torch_dtype)
+        with self.torch.no_grad():
+            for param in module.parameters():
+                param.copy_(self.torch.from_numpy(self.draw(tuple(param.shape), 0.6, uniform=True)))
+        return module
+
+    def lengths(self, number: int, steps: int, batch: int) -> np.ndarray | None:
+        """Every other case a padded batch: unsorted lengths, one of them full (torch needs it)."""
+        if number % 2 == 0:
+            return None
+        lengths = self.rng.integers(1, steps + 1, size=batch)
+        lengths[self.rng.integers(batch)] = steps
+        return lengths
+
+    def leaf(self, array: np.ndarray) -> Any:
+        return self.torch.tensor(array, device=self.device, dtype=self.torch_dtype, requires_grad=True)
+
+    def run(self, module: Any, x: Any, state: Any, lengths: np.ndarray | None, steps: int) -> tuple[Any, Any]:
+        """torch's outputs and final state, through a packed sequence when there are lengths."""
+        if lengths is None:
+            return module(x, state)
+        rnn = self.torch.nn.utils.rnn
+        packed, final = module(rnn.pack_padded_sequence(x, self.torch.as_tensor(lengths), enforce_sorted=False), state)
+        return rnn.pad_packed_sequence(packed, total_length=steps)[0], final
+
+    @staticmethod
+    def numpy(value: Any) -> np.ndarray:
+        """A torch tensor (or its gradient) as float64 numbers on the CPU."""
+        return value.detach().cpu().double().numpy()
 
 
 def device_in_use() -> tuple[str, str]:

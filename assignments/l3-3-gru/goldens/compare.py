@@ -17,6 +17,7 @@ from grader.flows.golden import (
     FLOAT32_TOLERANCE,
     GOLDEN_TOLERANCE,
     CaseDeviation,
+    LiveCases,
     Throughput,
     raised,
     tensor_type,
@@ -84,79 +85,43 @@ def live_deviations(
 ) -> list[CaseDeviation]:
     """Compare an implementation with live ``torch.nn.GRU`` on fresh random cases.
 
-    Each case draws sizes, 1–3 layers, an initial state (or none) and, every other case, a
-    padded batch with unsorted lengths; torch runs on ``device`` in ``dtype``. In float32 the
-    implementation gets the same float32-rounded numbers (in float64) and the comparison uses
-    :data:`FLOAT32_TOLERANCE`, relative to each array's scale.
+    Each case draws sizes, 1–3 layers, an initial state and, every other case, a padded batch
+    with unsorted lengths (:class:`grader.flows.golden.LiveCases`); torch runs on ``device`` in
+    ``dtype``. Compared: out, h_n and the gradients of x, h0 and every parameter.
 
     Raises:
         ImportError: if torch is not installed.
     """
-    import torch
-
-    torch.set_num_threads(1)
-    torch.backends.cudnn.allow_tf32 = False  # TF32 would round far below float32's precision
-    torch.backends.cuda.matmul.allow_tf32 = False
-    single = dtype == "float32"
-    torch_dtype = torch.float32 if single else torch.float64
-    tolerance = FLOAT32_TOLERANCE if single else GOLDEN_TOLERANCE
-
-    def draw(shape: tuple[int, ...], scale: float = 1.0, uniform: bool = False) -> np.ndarray:
-        values = rng.uniform(-scale, scale, size=shape) if uniform else rng.normal(size=shape) * scale
-        # In float32 both sides start from the same float32 numbers.
-        return values.astype(np.float32).astype(np.float64) if single else values
-
-    rng = np.random.default_rng(seed)
+    live = LiveCases(seed=seed, device=device, dtype=dtype)
     Tensor = tensor_type(impl)
     results = []
     for number in range(cases):
-        steps, batch = int(rng.integers(2, 6)), int(rng.integers(1, 4))
-        d_in, hidden, layers = int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
-        name = f"live{number}(T={steps},B={batch},D={d_in},H={hidden},L={layers})"
+        steps, batch, d_in, hidden, layers, name = live.sizes(number)
         try:
-            module = torch.nn.GRU(d_in, hidden, num_layers=layers).to(device=device, dtype=torch_dtype)
-            with torch.no_grad():
-                for param in module.parameters():
-                    param.copy_(torch.from_numpy(draw(tuple(param.shape), 0.6, uniform=True)))
-            x = draw((steps, batch, d_in))
-            h0 = draw((layers, batch, hidden), 0.5)
-            padded = number % 2 == 1
-            lengths = rng.integers(1, steps + 1, size=batch) if padded else None
-            if lengths is not None:
-                lengths[rng.integers(batch)] = steps  # torch needs one full-length sequence
-            xt = torch.tensor(x, device=device, dtype=torch_dtype, requires_grad=True)
-            ht = torch.tensor(h0, device=device, dtype=torch_dtype, requires_grad=True)
-            if lengths is None:
-                out_t, hn_t = module(xt, ht)
-            else:
-                packed = torch.nn.utils.rnn.pack_padded_sequence(
-                    xt, torch.as_tensor(lengths), enforce_sorted=False
-                )
-                out_p, hn_t = module(packed, ht)
-                out_t, _ = torch.nn.utils.rnn.pad_packed_sequence(out_p, total_length=steps)
+            module = live.module(live.torch.nn.GRU, d_in, hidden, layers)
+            x = live.draw((steps, batch, d_in))
+            h0 = live.draw((layers, batch, hidden), 0.5)
+            lengths = live.lengths(number, steps, batch)
+            xt, ht = live.leaf(x), live.leaf(h0)
+            out_t, hn_t = live.run(module, xt, ht, lengths, steps)
             (out_t.sum() + hn_t.sum()).backward()
 
             gru = impl.GRU(d_in, hidden, num_layers=layers)
-            gru.load_state_dict(
-                {k: v.detach().cpu().double().numpy() for k, v in module.state_dict().items()}
-            )
+            gru.load_state_dict({k: live.numpy(v) for k, v in module.state_dict().items()})
             xa, ha = Tensor(x, requires_grad=True), Tensor(h0, requires_grad=True)
             out, h_n = gru(xa, ha, lengths=None if lengths is None else [int(v) for v in lengths])
             (out.sum() + h_n.sum()).backward()
             pairs = [
-                ("out", out.data, out_t.detach().cpu().double().numpy()),
-                ("h_n", h_n.data, hn_t.detach().cpu().double().numpy()),
-                ("grad x", xa.grad, xt.grad.cpu().double().numpy()),
-                ("grad h0", ha.grad, ht.grad.cpu().double().numpy()),
+                ("out", out.data, live.numpy(out_t)),
+                ("h_n", h_n.data, live.numpy(hn_t)),
+                ("grad x", xa.grad, live.numpy(xt.grad)),
+                ("grad h0", ha.grad, live.numpy(ht.grad)),
             ]
             torch_params = dict(module.named_parameters())
-            pairs += [
-                (f"grad {n}", p.grad, torch_params[n].grad.cpu().double().numpy())
-                for n, p in gru.named_parameters()
-            ]
-            results.append(worst_of(name, pairs, tolerance))
+            pairs += [(f"grad {n}", p.grad, live.numpy(torch_params[n].grad)) for n, p in gru.named_parameters()]
+            results.append(worst_of(name, pairs, live.tolerance))
         except Exception as exc:  # noqa: BLE001 - a mutant may raise; that is a difference
-            results.append(raised(name, exc, tolerance))
+            results.append(raised(name, exc, live.tolerance))
     return results
 
 
