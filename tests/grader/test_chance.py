@@ -8,9 +8,10 @@ import pytest
 
 from grader.core.assignment import Assignment, Limits
 from grader.flows.grading import grade_suite
-from grader.core.paths import default_layout
+from grader.core.paths import default_layout, layout_for
 
 LAYOUT = default_layout()
+MODULES = {name: layout_for(LAYOUT.root, name) for name in LAYOUT.available()}  # the GRU's, the LSTM's
 # allow_invalid_tests: the draws that fail on the reference are not valid, and whatever the
 # others killed would still count.
 FAST = Assignment(name="test", threshold=0.70, allow_invalid_tests=True,
@@ -43,11 +44,13 @@ def test_luck_{i}():
     return folder
 
 
+@pytest.mark.parametrize("module", sorted(MODULES))
 @pytest.mark.parametrize("source", sorted(SOURCES))
-def test_a_suite_of_luck_kills_no_mutant(tmp_path, source):
+def test_a_suite_of_luck_kills_no_mutant(tmp_path, source, module):
     """Forty tests that each pass with a chance of 0.92 and call no GRU: before, about 60 % of
-    them passed every validity run, and every mutant's run stopped at the first unlucky one."""
-    report = grade_suite(_suite(tmp_path / "tests", SOURCES[source], 40), layout=LAYOUT, assignment=FAST,
+    them passed every validity run, and every mutant's run stopped at the first unlucky one.
+    The same for every module of the course."""
+    report = grade_suite(_suite(tmp_path / "tests", SOURCES[source], 40), layout=MODULES[module], assignment=FAST,
                          policy=False, audience="staff")
     valid = [t for t in report.tests if t.status.value == "valid"]
     assert valid, "no test passed the reference and the wheats: the probe proves nothing"

@@ -17,7 +17,7 @@ import pytest
 
 from grader.core.assignment import Assignment, Limits
 from grader.core.models import WorkerRun
-from grader.core.paths import default_layout
+from grader.core.paths import default_layout, layout_for
 from grader.core.variants import build_variants
 from grader.flows.grading import grade_suite
 from grader.run.runner import RunLimits, WorkerProcess
@@ -26,6 +26,8 @@ from tests.limits import unbudgeted
 
 LAYOUT = default_layout()
 VARIANTS = {v.id: v for v in build_variants(LAYOUT)}
+# Every module of the course, for the guarantees that hold whatever the module (the GRU's, the LSTM's).
+MODULES = {name: layout_for(LAYOUT.root, name) for name in LAYOUT.available()}
 FAST = Assignment(name="test", threshold=0.70, allow_invalid_tests=True,
                   limits=Limits(test_timeout_s=5.0, run_timeout_s=60.0))
 
@@ -138,17 +140,20 @@ def _digests(runs) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.parametrize("module", sorted(MODULES))
 @pytest.mark.parametrize("hash_seed", [1, 2])
-def test_every_run_of_a_worker_reaches_the_same_state(tmp_path, hash_seed):
+def test_every_run_of_a_worker_reaches_the_same_state(tmp_path, hash_seed, module):
     """The reference first, as a grading sends it, then wheats and mutants in turn, the
     reference again among them: every run's digest is the first one's. (The two workers of a
     grading differ from each other, in their hash seed and where their copy of the tests is:
     which worker a run is on says which seed it runs under, and nothing else.)"""
     tests = _suite(tmp_path / "tests", {"test_probe.py": PROBE})
     order = ["reference", "w01", "s01", "s02", "reference", "s12", "w02", "s07"]
-    worker = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=hash_seed,
+    layout = MODULES[module]
+    variants = {v.id: v for v in build_variants(layout)}
+    worker = WorkerProcess(layout=layout, tests_dir=tests, hash_seed=hash_seed,
                            limits=unbudgeted(jobs=1), hide_source=True)
-    runs = worker.run([WorkerRun(variant=v, source=VARIANTS[v].source) for v in order])
+    runs = worker.run([WorkerRun(variant=v, source=variants[v].source) for v in order])
     found = _digests(runs)
     assert len({digest for _, digest in found}) == 1, f"runs reached different states: {found}"
 
