@@ -99,14 +99,15 @@ class Layout:
         """The contract of the module under test (:func:`grader.core.contract.read_contract`)."""
         return self.module_source.with_suffix(".pyi")
 
-    @property
-    def answer_files(self) -> list[Path]:
+    @cached_property
+    def answer_files(self) -> tuple[Path, ...]:
         """The reference module of every assignment of the course: each ``.py`` of the shared
-        ``tinyllm`` with a contract stub beside it. No run reads them, and no student gets them."""
+        ``tinyllm`` with a contract stub beside it. No run reads them, and no student gets them.
+        Looked up once per layout (every worker a grading starts asks)."""
         package = self.reference / "tinyllm"
         if not package.is_dir():
-            return []
-        return sorted(stub.with_suffix(".py") for stub in package.rglob("*.pyi") if stub.with_suffix(".py").is_file())
+            return ()
+        return tuple(sorted(stub.with_suffix(".py") for stub in package.rglob("*.pyi") if stub.with_suffix(".py").is_file()))
 
     @property
     def course_tests(self) -> Path:

@@ -16,6 +16,7 @@ module holds what every comparison shares: the tolerances, :func:`worst_of`, the
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 import types
@@ -87,7 +88,7 @@ def load_comparison(path: Path) -> types.ModuleType:
     from grader.core.errors import GradingInputError
 
     path = Path(path).resolve()
-    name = f"mutagrade_compare_{abs(hash(str(path))):x}"
+    name = f"mutagrade_compare_{hashlib.sha256(str(path).encode()).hexdigest()[:16]}"
     if name in sys.modules:
         return sys.modules[name]
     if not path.is_file():
