@@ -38,8 +38,10 @@ def _cmd_serve(args: argparse.Namespace, layout: Layout) -> int:
 
     settings = get_settings(root=args.root, workers=args.workers, assignment=args.assignment)
     app = create_app(settings)
+    hosted = app.state.hosting.names
     print(f"mutagrade serving on http://{args.host}:{args.port} (database {settings.database_url}, "
-          f"{settings.queue} queue, {_threads(settings.workers)})", file=sys.stderr)
+          f"{settings.queue} queue, {_threads(settings.workers)}; assignments {hosted[0]} (the default)"
+          f"{''.join(', ' + name for name in hosted[1:])})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return EXIT_OK
 
@@ -179,7 +181,7 @@ def _cmd_roster(args: argparse.Namespace, layout: Layout) -> int:
                   else f"{args.login} was removed already")
         else:
             print("login\tname\temail\tsection\ttoken\textension")
-            for s in list_roster(session):
+            for s in list_roster(session, assignment=layout.assignment_name):  # its extension for this one
                 state = "removed" if s.removed_at else ("active" if s.has_token else "revoked")
                 extension = s.extension.isoformat() if s.extension else ""
                 print(f"{s.login}\t{s.name or ''}\t{s.email or ''}\t{s.section or ''}\t{state}\t{extension}")
@@ -214,20 +216,28 @@ def _cmd_extension(args: argparse.Namespace, layout: Layout) -> int:
         try:
             if args.verb == "extension-grant":
                 due = parse_due(args.due, timezone=args.timezone or _course_zone(layout))
-                grant = grant_extension(session, login=args.login, due=due, reason=args.reason, actor=_actor())
-                print(f"{grant.login} is due {grant.due.isoformat()} ({due.isoformat()} as given)")
+                grant = grant_extension(session, login=args.login, assignment=layout.assignment_name, due=due,
+                                        reason=args.reason, actor=_actor())
+                print(f"{grant.login} is due {grant.due.isoformat()} for {grant.assignment} "
+                      f"({due.isoformat()} as given)")
             elif args.verb == "extension-revoke":
-                had = revoke_extension(session, login=args.login, actor=_actor())
-                print(f"ended the extension of {args.login}" if had else f"{args.login} had no extension")
+                had = revoke_extension(session, login=args.login, assignment=layout.assignment_name, actor=_actor())
+                whose = f"the extension of {args.login} for {layout.assignment_name}"
+                print(f"ended {whose}" if had else f"{args.login} had no extension for {layout.assignment_name}")
             else:
-                print("login\tdue\treason\tgranted_by\tgranted_at")
-                for grant in list_extensions(session):
+                print("login\tassignment\tdue\treason\tgranted_by\tgranted_at")
+                for grant in list_extensions(session, assignment=_named_assignment(args, layout)):
                     reason = " ".join(grant.reason.split())
-                    print(f"{grant.login}\t{grant.due.isoformat()}\t{reason}\t{grant.granted_by}\t"
-                          f"{grant.granted_at.isoformat()}")
+                    print(f"{grant.login}\t{grant.assignment}\t{grant.due.isoformat()}\t{reason}\t"
+                          f"{grant.granted_by}\t{grant.granted_at.isoformat()}")
         except (LookupError, ValueError) as exc:
             raise UsageError(str(exc)) from None
     return EXIT_OK
+
+
+def _named_assignment(args: argparse.Namespace, layout: Layout) -> str | None:
+    """The assignment ``--assignment`` named, or None where it named none (every one)."""
+    return layout.assignment_name if getattr(args, "assignment", None) else None
 
 
 def _course_zone(layout: Layout) -> str | None:
@@ -249,7 +259,7 @@ def _cmd_submit(args: argparse.Namespace, layout: Layout) -> int:
         raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
     try:
         return submit(repo, tests=layout.student_tests, server=args.server, token=token, fmt=args.format,
-                      timeout=args.timeout)
+                      timeout=args.timeout, assignment=layout.assignment_name)
     except ClientError as exc:
         print(f"mutagrade submit: {exc}", file=sys.stderr)
         return exc.code
@@ -315,13 +325,15 @@ def _add_roster_commands(admin_verbs: argparse._SubParsersAction) -> None:
     load.add_argument("--out", help="write the mail-merge CSV (login, name, email, token, note) here, readable by "
                       "you alone (default: stdout); it must not exist yet")
     load.set_defaults(run=_cmd_roster, verb="roster-import")
-    roster.add_parser("list", help="every student, their token's state and extension").set_defaults(
+    roster.add_parser("list", help="every student, their token's state and extension (for --assignment)").set_defaults(
         run=_cmd_roster, verb="roster-list")
     remove = roster.add_parser("remove", help="take a student off the roster: their token ends, submissions stay")
     remove.add_argument("login")
     remove.set_defaults(run=_cmd_roster, verb="roster-remove")
 
-    extension = admin_verbs.add_parser("extension", help="a student's own due date").add_subparsers(
+    extension = admin_verbs.add_parser(
+        "extension", help="a student's own due date for an assignment (--assignment NAME; default: the course's)",
+    ).add_subparsers(
         dest="extension_verb", required=True)
     grant = extension.add_parser("grant", help="give a student a due date of their own (replaces an earlier one)")
     grant.add_argument("login")
@@ -330,7 +342,7 @@ def _add_roster_commands(admin_verbs: argparse._SubParsersAction) -> None:
                        "(default: the assignment's [deadline] timezone)")
     grant.add_argument("--reason", default="", help="why (kept in the audit trail)")
     grant.set_defaults(run=_cmd_extension, verb="extension-grant")
-    extension.add_parser("list", help="every extension").set_defaults(run=_cmd_extension, verb="extension-list")
+    extension.add_parser("list", help="every extension (of --assignment NAME only, if given)").set_defaults(run=_cmd_extension, verb="extension-list")
     revoke = extension.add_parser("revoke", help="end a student's extension")
     revoke.add_argument("login")
     revoke.set_defaults(run=_cmd_extension, verb="extension-revoke")

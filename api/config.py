@@ -11,10 +11,11 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grader.flows.archive import ArchiveLimits
+from grader.core.errors import GradingInputError
 from grader.core.paths import Layout, default_layout, layout_for
 from grader.flows.serving import RETRY_FAILED_PROBE_S
 
-__all__ = ["Settings", "archive_limits", "get_settings", "layout_of"]
+__all__ = ["Settings", "UnknownAssignment", "archive_limits", "get_settings", "layout_of", "layouts_of"]
 
 
 class Settings(BaseSettings):
@@ -65,8 +66,14 @@ class Settings(BaseSettings):
     root: Path | None = Field(default=None, description="the mutagrade checkout (default: this one)")
     assignment: str | None = Field(
         default=None,
-        description="the assignment this service grades: a folder's name under assignments/, or an assignment's "
-                    "folder (default: the course's, assignments/course.toml); one service and database per module",
+        description="the default assignment: what an upload naming none is for, and what the pages show first; a "
+                    "folder's name under assignments/, or an assignment's folder (default: the course's, "
+                    "assignments/course.toml)",
+    )
+    assignments: str | None = Field(
+        default=None,
+        description="the assignments this service hosts, comma-separated names or folders (default: every folder "
+                    "under assignments/); the default assignment is always hosted",
     )
     grade_jobs: int | None = Field(default=None, ge=1, description="children per grading run (default: cores)")
     sandbox_attempts: int = Field(
@@ -118,11 +125,47 @@ def get_settings(**overrides: object) -> Settings:
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-def layout_of(settings: Settings) -> Layout:
-    """The checkout the service grades with (``settings.root``, or this one), for its
-    assignment (``settings.assignment``, or the course's default)."""
+class UnknownAssignment(LookupError):
+    """An assignment this service does not host; the message names those it does."""
+
+
+def layouts_of(settings: Settings) -> dict[str, Layout]:
+    """Every assignment the service hosts, by name (its folder's), the default first.
+
+    Raises:
+        GradingInputError: an assignment that does not exist, or two of one name.
+    """
     root = settings.root.resolve() if settings.root else default_layout().root
-    return layout_for(root, settings.assignment)
+    default = layout_for(root, settings.assignment)
+    named = [part.strip() for part in settings.assignments.split(",")] if settings.assignments else None
+    others = [layout_for(root, name) for name in named if name] if named is not None else [
+        layout_for(root, name) for name in default.available()]
+    hosted = {default.assignment_name: default}
+    for layout in others:
+        same = hosted.setdefault(layout.assignment_name, layout)
+        if same.assignment_dir.resolve() != layout.assignment_dir.resolve():
+            raise GradingInputError(
+                f"MUTAGRADE_ASSIGNMENTS: two assignments are named {layout.assignment_name!r} "
+                f"({same.assignment_dir} and {layout.assignment_dir}); a service tells them apart by name")
+    return hosted
+
+
+def layout_of(settings: Settings, assignment: str | None = None) -> Layout:
+    """The checkout the service grades with (``settings.root``, or this one), for the hosted
+    assignment named ``assignment`` (None: the default one, ``settings.assignment`` or the
+    course's).
+
+    Raises:
+        UnknownAssignment: the service hosts no assignment of that name.
+    """
+    hosted = layouts_of(settings)
+    if assignment is None:
+        return next(iter(hosted.values()))
+    if assignment not in hosted:
+        raise UnknownAssignment(
+            f"assignment: expected one of the assignments this service hosts ({', '.join(sorted(hosted))}), "
+            f"got {assignment!r}")
+    return hosted[assignment]
 
 
 def archive_limits(settings: Settings) -> ArchiveLimits:

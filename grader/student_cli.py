@@ -151,7 +151,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"Mutation grade: submitting your tests and journal to {source.server} as a preview "
               "(not your grade of record: `mutagrade submit` makes a submission)", flush=True)
         code = _submit(tests_to_submit(repo, layout), source.server, source.token, fmt="text",
-                       timeout=args.timeout, preview=True, tests=layout.student_tests)
+                       timeout=args.timeout, preview=True, tests=layout.student_tests,
+                       assignment=layout.assignment_name)
     reasons = found.reasons
     print(f"Local checks: {'NOT PASSED: ' + '; '.join(reasons) if reasons else 'passed'}")
     return EXIT_NOT_PASSED if reasons and code == EXIT_OK else code
@@ -169,16 +170,18 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise UsageError(f"{repo}: expected your repository's root or a folder of tests")
-    tests = course_layout(args.assignment, repo).student_tests
-    return _submit(repo, server, token, fmt=args.format, timeout=args.timeout, tests=tests)
+    layout = course_layout(args.assignment, repo)
+    return _submit(repo, server, token, fmt=args.format, timeout=args.timeout, tests=layout.student_tests,
+                   assignment=layout.assignment_name)
 
 
 def _submit(repo: Path, server: str, token: str, *, fmt: str, timeout: float, tests: PurePosixPath,
-            preview: bool = False) -> int:
+            assignment: str, preview: bool = False) -> int:
     from grader.flows.submit import ClientError, submit
 
     try:
-        return submit(repo, tests=tests, server=server, token=token, fmt=fmt, timeout=timeout, preview=preview)
+        return submit(repo, tests=tests, server=server, token=token, fmt=fmt, timeout=timeout, preview=preview,
+                      assignment=assignment)
     except ClientError as exc:
         print(f"mutagrade submit: {exc}", file=sys.stderr)
         return exc.code

@@ -35,13 +35,13 @@ class RecordedSubmission(BaseModel):
     finished_at: datetime | None  # a regrade changes it, and the report with it
 
 
-def recorded_submissions(session: Session, *, assignment: Assignment) -> list[RecordedSubmission]:
-    """Each current student's grade of record, by the assignment's rule, by student name; a
-    student with none (nothing submitted, nothing graded yet) is left out."""
+def recorded_submissions(session: Session, *, name: str, assignment: Assignment) -> list[RecordedSubmission]:
+    """Each current student's grade of record for the hosted assignment ``name``, by its rule,
+    by student name; a student with none (nothing submitted, nothing graded yet) is left out."""
     return [
         RecordedSubmission(id=r.submission.id, student=r.user.name, archive_name=r.submission.archive_name,
                            graded=r.submission.status == JobStatus.DONE, finished_at=r.submission.finished_at)
-        for r in grade_records(session, assignment=assignment) if r.submission is not None
+        for r in grade_records(session, name=name, assignment=assignment) if r.submission is not None
     ]
 
 
@@ -49,13 +49,14 @@ def _current_students():
     return (User.role == Role.STUDENT) & User.removed_at.is_(None)
 
 
-def ungraded_students(session: Session, *, recorded: Collection[str]) -> int:
-    """Current students with no grade of record (none among ``recorded``, by name) who
-    submitted something that could not be graded: the class's figures count them apart."""
+def ungraded_students(session: Session, *, name: str, recorded: Collection[str]) -> int:
+    """Current students with no grade of record for the hosted assignment ``name`` (none among
+    ``recorded``, by login) who submitted something for it that could not be graded: the
+    class's figures count them apart."""
     query = (select(func.count(func.distinct(Submission.user_id)))
              .join(User, User.id == Submission.user_id)
              .where(Submission.status == JobStatus.ERROR, Submission.kind == SubmissionKind.SUBMISSION,
-                    _current_students()))
+                    Submission.assignment == name, _current_students()))
     if recorded:
         query = query.where(User.name.not_in(list(recorded)))
     return int(session.scalar(query) or 0)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from api.store.db import GoldenRun, Submission, User, utcnow
+from api.store.db import Extension, GoldenRun, Submission, User, utcnow
 from grader.core.states import IN_FLIGHT, JobStatus, Role, SubmissionKind, Timeliness
 from grader.core.deadlines import Timeliness as Judged
 from grader.core.caps import MAX_STORED_REPORT_BYTES, cap_text, report_json_within
@@ -18,6 +18,7 @@ from grader.core.models import Report
 __all__ = [
     "InFlightLimit",
     "UserExists",
+    "adopt_unnamed",
     "as_utc",
     "claim_golden_run",
     "claim_next",
@@ -138,10 +139,10 @@ def get_submission(session: Session, submission_id: int) -> Submission | None:
 
 
 def create_submission(
-    session: Session, *, user: User, archive: bytes, name: str, max_in_flight: int | None = None,
+    session: Session, *, user: User, assignment: str, archive: bytes, name: str, max_in_flight: int | None = None,
     kind: SubmissionKind = SubmissionKind.SUBMISSION, at: datetime | None = None, judged: Judged | None = None,
 ) -> Submission:
-    """Store a submission (or a preview, by ``kind``), queued, made ``at`` (default: now) and
+    """Store a submission (or a preview, by ``kind``) for the hosted ``assignment`` (its name), queued, made ``at`` (default: now) and
     stamped with ``judged``, its time against the student's due date (none: no due date). A
     judgement of refused is stored as late, with all of the points lost: only a preview gets
     that far (a submission is refused before it is stored).
@@ -164,8 +165,8 @@ def create_submission(
         # In UTC: SQLite keeps a time without its zone, and hands it back as UTC.
         "due_at": judged.due.astimezone(timezone.utc), "days_late": judged.days_late, "penalty": judged.penalty,
     }
-    submission = Submission(user_id=user.id, archive=archive, archive_name=name[:255], status=JobStatus.QUEUED,
-                            kind=kind, created_at=(at or utcnow()).astimezone(timezone.utc), **stamp)
+    submission = Submission(user_id=user.id, assignment=assignment, archive=archive, archive_name=name[:255],
+                            status=JobStatus.QUEUED, kind=kind, created_at=(at or utcnow()).astimezone(timezone.utc), **stamp)
     session.add(submission)
     session.commit()
     return submission
@@ -177,11 +178,15 @@ def list_submissions(
     user: User | None = None,
     student: str | None = None,
     status: str | None = None,
+    assignment: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> list[Submission]:
-    """Newest first; ``user`` restricts to one user's own, ``student`` filters by name."""
+    """Newest first; ``user`` restricts to one user's own, ``student`` filters by name,
+    ``assignment`` by the assignment they were made for."""
     query = select(Submission).join(User).order_by(Submission.id.desc()).limit(limit).offset(offset)
+    if assignment is not None:
+        query = query.where(Submission.assignment == assignment)
     if user is not None:
         query = query.where(Submission.user_id == user.id)
     if student is not None:
@@ -394,15 +399,24 @@ def regrade(session: Session, *, submission: Submission) -> Submission:
     return submission
 
 
+def adopt_unnamed(session: Session, *, assignment: str) -> None:
+    """Give the rows stored before a service hosted several assignments (submissions,
+    extensions, golden runs naming none) to ``assignment``, the service's default: the one
+    assignment that service graded."""
+    for table in (Submission, Extension, GoldenRun):
+        session.execute(update(table).where(table.assignment.is_(None)).values(assignment=assignment))
+    session.commit()
+
+
 def ping(session: Session) -> None:
     """A round trip to the database (raises when it does not answer)."""
     session.execute(text("SELECT 1"))
 
 
 # ---------------------------------------------------------------- golden runs
-def create_golden_run(session: Session, *, submission_id: int | None, cases: int) -> GoldenRun:
-    """Store a golden run, queued."""
-    run = GoldenRun(status=JobStatus.QUEUED, submission_id=submission_id, cases=cases)
+def create_golden_run(session: Session, *, assignment: str, submission_id: int | None, cases: int) -> GoldenRun:
+    """Store a golden run of the hosted ``assignment``'s variants, queued."""
+    run = GoldenRun(status=JobStatus.QUEUED, assignment=assignment, submission_id=submission_id, cases=cases)
     session.add(run)
     session.commit()
     return run

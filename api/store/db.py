@@ -13,6 +13,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    UniqueConstraint,
     create_engine,
     event,
     false,
@@ -66,6 +67,9 @@ class Submission(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    # The assignment it was made for (its folder's name, as the service hosts it). None only on
+    # a row stored before a service hosted several; the service's default adopts it at start.
+    assignment: Mapped[str | None] = mapped_column(String(100), nullable=True, index=True)
     status: Mapped[str] = mapped_column(String(10), index=True, default=JobStatus.QUEUED)
     archive: Mapped[bytes] = mapped_column(LargeBinary)
     archive_name: Mapped[str] = mapped_column(String(255))
@@ -102,12 +106,16 @@ class Submission(Base):
 
 
 class Extension(Base):
-    """A student's own due date, granted by staff; it replaces the assignment's for them."""
+    """A student's own due date for one assignment, granted by staff; it replaces the
+    assignment's for them."""
 
     __tablename__ = "extensions"
+    __table_args__ = (UniqueConstraint("user_id", "assignment", name="uq_extensions_user_assignment"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), unique=True, index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    # As Submission.assignment (None only on a row stored before; adopted at start).
+    assignment: Mapped[str | None] = mapped_column(String(100), nullable=True)
     due: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     reason: Mapped[str] = mapped_column(Text, default="")
     granted_by: Mapped[str] = mapped_column(String(100))
@@ -153,6 +161,8 @@ class GoldenRun(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(10), index=True, default=JobStatus.QUEUED)
     submission_id: Mapped[int | None] = mapped_column(ForeignKey("submissions.id"), nullable=True)
+    # Whose variants it compares (as Submission.assignment).
+    assignment: Mapped[str | None] = mapped_column(String(100), nullable=True)
     cases: Mapped[int] = mapped_column(Integer, default=4)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

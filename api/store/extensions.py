@@ -1,5 +1,5 @@
-"""Students' own due dates: extensions granted by staff, each replacing the assignment's due date
-for one student (and an earlier one of theirs).
+"""Students' own due dates: extensions granted by staff, each replacing one assignment's due
+date for one student (and an earlier one of theirs for that assignment).
 
 A due date is an instant: a time without a zone is refused, never guessed, since the same
 "23:59" is an hour apart in two zones. :func:`parse_due` reads one as people write it (a local
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from api.store.audit import record
@@ -38,6 +38,7 @@ class ExtensionGrant(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     login: str
+    assignment: str  # the hosted assignment's name
     due: datetime
     reason: str
     granted_by: str
@@ -90,13 +91,15 @@ def _student(session: Session, login: str) -> User:
 
 
 def _grant_of(user: User, extension: Extension) -> ExtensionGrant:
-    return ExtensionGrant(login=user.name, due=aware(extension.due), reason=extension.reason,
+    return ExtensionGrant(login=user.name, assignment=extension.assignment or "", due=aware(extension.due), reason=extension.reason,
                           granted_by=extension.granted_by, granted_at=aware(extension.granted_at))
 
 
-def grant_extension(session: Session, *, login: str, due: datetime, reason: str = "", actor: str) -> ExtensionGrant:
-    """Give student ``login`` the due date ``due``, replacing an extension they had. A date
-    before the assignment's own is allowed (it is theirs from now on).
+def grant_extension(
+    session: Session, *, login: str, assignment: str, due: datetime, reason: str = "", actor: str,
+) -> ExtensionGrant:
+    """Give student ``login`` the due date ``due`` for ``assignment``, replacing an extension
+    they had for it. A date before the assignment's own is allowed (it is theirs from now on).
 
     Raises:
         ValueError: ``due`` has no time zone, the reason is over :data:`MAX_REASON`
@@ -111,33 +114,41 @@ def grant_extension(session: Session, *, login: str, due: datetime, reason: str 
         raise ValueError(f"due: expected a year from {_FIRST_YEAR} to {_LAST_YEAR}, got {due.year}")
     user = _student(session, login)
     utc = due.astimezone(UTC)
-    extension = session.scalar(select(Extension).where(Extension.user_id == user.id))
+    extension = session.scalar(_of(user.id, assignment))
     before = f"; replaces {aware(extension.due).isoformat()}" if extension is not None else ""
     if extension is None:
-        extension = Extension(user_id=user.id)
+        extension = Extension(user_id=user.id, assignment=assignment)
         session.add(extension)
     extension.due, extension.reason, extension.granted_by, extension.granted_at = utc, reason, actor, utcnow()
     record(session, actor=actor, action="extension.grant", subject=f"student {user.name}",
-           detail=f"due {utc.isoformat()}{before}; reason: {reason}")
+           detail=f"assignment {assignment}; due {utc.isoformat()}{before}; reason: {reason}")
     session.commit()
     return _grant_of(user, extension)
 
 
-def extension_of(session: Session, user_id: int) -> datetime | None:
-    """The due date of user ``user_id``'s extension (timezone-aware, UTC), or None: they have
-    the assignment's."""
-    return aware(session.scalar(select(Extension.due).where(Extension.user_id == user_id)))
+def _of(user_id: int, assignment: str) -> Select:
+    return select(Extension).where(Extension.user_id == user_id, Extension.assignment == assignment)
 
 
-def list_extensions(session: Session) -> list[ExtensionGrant]:
-    """Every extension, by login."""
-    rows = session.execute(select(User, Extension).join(Extension, Extension.user_id == User.id).order_by(User.name))
-    return [_grant_of(user, extension) for user, extension in rows]
+def extension_of(session: Session, user_id: int, *, assignment: str) -> datetime | None:
+    """The due date of user ``user_id``'s extension for ``assignment`` (timezone-aware, UTC),
+    or None: they have the assignment's."""
+    extension = session.scalar(_of(user_id, assignment))
+    return aware(extension.due) if extension is not None else None
 
 
-def revoke_extension(session: Session, *, login: str, actor: str) -> bool:
-    """End student ``login``'s extension (the assignment's due date is theirs again); whether
-    they had one.
+def list_extensions(session: Session, *, assignment: str | None = None) -> list[ExtensionGrant]:
+    """Every extension (of ``assignment`` only, if given), by login and assignment."""
+    query = (select(User, Extension).join(Extension, Extension.user_id == User.id)
+             .order_by(User.name, Extension.assignment))
+    if assignment is not None:
+        query = query.where(Extension.assignment == assignment)
+    return [_grant_of(user, extension) for user, extension in session.execute(query)]
+
+
+def revoke_extension(session: Session, *, login: str, assignment: str, actor: str) -> bool:
+    """End student ``login``'s extension for ``assignment`` (its due date is theirs again);
+    whether they had one.
 
     Raises:
         LookupError: no user of that login.
@@ -145,11 +156,11 @@ def revoke_extension(session: Session, *, login: str, actor: str) -> bool:
     user = find_user(session, login=login)
     if user is None:
         raise LookupError(f"login {login!r}: no such student (see admin roster list)")
-    extension = session.scalar(select(Extension).where(Extension.user_id == user.id))
+    extension = session.scalar(_of(user.id, assignment))
     if extension is None:
         return False
     record(session, actor=actor, action="extension.revoke", subject=f"student {user.name}",
-           detail=f"was due {aware(extension.due).isoformat()}")
+           detail=f"assignment {assignment}; was due {aware(extension.due).isoformat()}")
     session.delete(extension)
     session.commit()
     return True

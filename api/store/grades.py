@@ -1,4 +1,4 @@
-"""The grade of record: per student on the roster, the submission that counts by the assignment's
+"""The grade of record: per student on the roster and assignment, the submission that counts by the assignment's
 rule (``grade_of_record``), its points, what lateness took off them, staff's override and the
 final points; with the latest and the best graded submission beside it.
 
@@ -112,11 +112,13 @@ def _record(user: User, made: list[Submission], assignment: Assignment) -> Grade
     )
 
 
-def grade_records(session: Session, *, assignment: Assignment) -> list[GradeRecord]:
-    """Every student on the roster (not removed), by login, with their grade of record.
+def grade_records(session: Session, *, name: str, assignment: Assignment) -> list[GradeRecord]:
+    """Every student on the roster (not removed), by login, with their grade of record for the
+    hosted assignment ``name``.
 
     Args:
         session: the database.
+        name: the assignment's name (its folder's): only submissions made for it count.
         assignment: its ``grade_of_record`` rule, and what points follow (``points``,
             ``gradescope_score``, ``gradescope_not_passed_share``).
     """
@@ -130,7 +132,8 @@ def grade_records(session: Session, *, assignment: Assignment) -> list[GradeReco
         select(Submission)
         .options(defer(Submission.archive), defer(Submission.report_json))
         .join(User, User.id == Submission.user_id)
-        .where(Submission.kind == SubmissionKind.SUBMISSION, User.role == Role.STUDENT, User.removed_at.is_(None))
+        .where(Submission.kind == SubmissionKind.SUBMISSION, Submission.assignment == name,
+               User.role == Role.STUDENT, User.removed_at.is_(None))
         .order_by(Submission.id)
     )
     for submission in session.scalars(query):

@@ -3,12 +3,18 @@ that both read one definition."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 __all__ = ["GoldenResult", "VariantGolden"]
 
 
 class VariantGolden(BaseModel):
+    """One variant against torch. A deviation that is no number (a variant whose outputs hold
+    NaN or infinity) is stored and sent as the string ``"NaN"`` or ``"Infinity"``: JSON has no
+    such numbers."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     id: str
     kind: str
     matches: bool
@@ -18,6 +24,8 @@ class VariantGolden(BaseModel):
 
 class GoldenResult(BaseModel):
     """A golden run's result, as stored with the run and sent back."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     device: str
     dtype: str

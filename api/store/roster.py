@@ -192,9 +192,13 @@ def mail_merge_rows(result: RosterImport) -> list[tuple[str, str, str, str, str]
     return [(s.login, s.name, s.email or "", s.token or "", s.note) for s in result.students]
 
 
-def list_roster(session: Session, *, include_removed: bool = True) -> list[RosterStudent]:
-    """Every student by login, each with their extension's due date (None: the assignment's)."""
-    query = (select(User, Extension.due, Extension.reason).outerjoin(Extension, Extension.user_id == User.id)
+def list_roster(
+    session: Session, *, include_removed: bool = True, assignment: str | None = None,
+) -> list[RosterStudent]:
+    """Every student by login, each with their extension's due date for ``assignment`` (None:
+    the assignment's, or no assignment named)."""
+    extended = (Extension.user_id == User.id) & (Extension.assignment == assignment)
+    query = (select(User, Extension.due, Extension.reason).outerjoin(Extension, extended)
              .where(User.role == Role.STUDENT).order_by(User.name))
     if not include_removed:
         query = query.where(User.removed_at.is_(None))

@@ -45,9 +45,10 @@ class DueNotice(BaseModel):
     now: str  # a sentence: what an upload now would be
 
 
-def judge_upload(session: Session, *, user: User, deadline: Deadline | None) -> UploadTime:
-    """An upload by ``user`` made now, judged against their due date."""
-    extension = extension_of(session, user.id) if deadline is not None else None
+def judge_upload(session: Session, *, user: User, assignment: str, deadline: Deadline | None) -> UploadTime:
+    """An upload by ``user`` for ``assignment`` made now, judged against their due date for it
+    (``deadline``, the assignment's, or their extension)."""
+    extension = extension_of(session, user.id, assignment=assignment) if deadline is not None else None
     at = crud.database_now(session)
     return UploadTime(at=at, judged=judge(at, deadline, extension=extension), extended=extension is not None)
 

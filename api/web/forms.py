@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlencode
 from typing import Annotated, Mapping
 
 from fastapi import Depends, Request, Response, status
@@ -57,9 +58,15 @@ def page(
     request: Request, name: str, context: dict, status_code: int = status.HTTP_200_OK,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """Render template ``name`` with the pages' headers, and the form token ``csrf`` when signed in."""
+    """Render template ``name`` with the pages' headers, and the form token ``csrf`` when signed in.
+
+    A page of one assignment (``hosted`` in its context) gets ``aq``, the query that names it
+    (``assignment=NAME``), for its links and forms, and the switch to the service's others."""
     token = request_token(request)
-    context = {"csrf": form_token(token) if token and context.get("user") else None, **context}
+    hosted = context.get("hosted")
+    context = {"csrf": form_token(token) if token and context.get("user") else None,
+               "hosting": request.app.state.hosting,
+               "aq": urlencode({"assignment": hosted.name}) if hosted is not None else "", **context}
     return templates.TemplateResponse(
         request, name, context, status_code=status_code, headers={**(headers or {}), **PAGE_HEADERS}
     )

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from api.store import audit, crud, regrades
 from api.store.db import RegradeRequest, Submission, User
+from api.web.hosting import of_submission
 from api.web.regrade_schemas import OverridePublic, RegradeRequestPublic
 from api.web.views import owned_submission
 from grader.core.states import IN_FLIGHT, JobStatus, RegradeState, Role, SubmissionKind
@@ -33,9 +34,9 @@ def http_error(exc: regrades.RegradeError) -> HTTPException:
     return HTTPException(_STATUS.get(type(exc), status.HTTP_400_BAD_REQUEST), str(exc))
 
 
-def points_possible(request: Request) -> float:
-    """The assignment's points: the most an override may give."""
-    return float(request.app.state.assignment.points)
+def points_possible(request: Request, submission: Submission) -> float:
+    """The points of the submission's assignment: the most an override may give."""
+    return float(of_submission(request, submission).rules.points)
 
 
 def requests_public(session: Session, rows: list[RegradeRequest]) -> list[RegradeRequestPublic]:
@@ -101,7 +102,7 @@ def regrade_panel(request: Request, session: Session, submission_id: int, user: 
     staff = user.role == Role.STAFF
     can_ask, note = (False, None) if staff else _may_ask(submission, rows)
     events = audit.events(session, subject=f"submission {submission.id}") if staff else []
-    possible = points_possible(request)
+    possible = points_possible(request, submission)
     return RegradePanel(
         requests=requests_public(session, rows),
         can_ask=can_ask,

@@ -8,6 +8,7 @@ from api.store.records import GoldenResult
 from grader.core.models import Report
 
 __all__ = [
+    "ASSIGNMENT_NAME",
     "ID_MAX",
     "AssignmentPublic",
     "GoldenRequest",
@@ -22,6 +23,8 @@ __all__ = [
 # Ids are Integer columns: 32-bit on PostgreSQL, 64-bit on SQLite. A larger number in a request
 # must be refused as bad input (422), not reach the driver and come back as a 500.
 ID_MAX = 2**31 - 1
+# An assignment's name as a request may give it: its folder's name (PostgreSQL refuses NUL in text).
+ASSIGNMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
 class Links(BaseModel):
@@ -44,6 +47,7 @@ class SubmissionPublic(BaseModel):
 
     id: int
     student: str
+    assignment: str  # the hosted assignment it was made for (its folder's name)
     status: str  # queued | running | done | error (grader.core.states.JobStatus)
     archive_name: str
     created_at: str
@@ -71,6 +75,8 @@ class MutantPublic(BaseModel):
 
 
 class AssignmentPublic(BaseModel):
+    assignment: str  # what a submission names it by (its folder's name)
+    default: bool  # what a submission naming none is for
     name: str
     threshold: float
     required: list[str]
@@ -90,10 +96,15 @@ class GoldenRequest(BaseModel):
     submission_id: int | None = Field(
         default=None, ge=1, le=ID_MAX, description="also check this submission's python/tinyllm"
     )
+    assignment: str | None = Field(
+        default=None, max_length=100, pattern=ASSIGNMENT_NAME,
+        description="whose variants (default: the submission's assignment, else the service's default)",
+    )
 
 
 class GoldenRunPublic(BaseModel):
     id: int
+    assignment: str
     status: str  # queued | running | done | error (grader.core.states.JobStatus)
     submission_id: int | None
     cases: int

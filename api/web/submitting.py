@@ -4,6 +4,7 @@ both do, below either (api/web/routes/submissions.py, api/web/routes/pages.py)."
 from __future__ import annotations
 
 import math
+from pathlib import PurePosixPath
 
 from fastapi import HTTPException, Request, UploadFile, status
 from sqlalchemy.orm import Session
@@ -13,10 +14,11 @@ from api.store import crud
 from api.config import archive_limits
 from api.store.db import User
 from api.web.deadlines import judge_upload, late_refusal
+from api.web.hosting import Hosted, Hosting
 from api.web.schemas import SubmissionCreated
 from api.web.views import links, owned_submission
 from grader.core.states import SubmissionKind
-from grader.flows.archive import ArchiveError, check_archive
+from grader.flows.archive import ArchiveError, Member, check_archive
 
 __all__ = ["accept_upload", "start_regrade"]
 
@@ -68,13 +70,13 @@ def _over_rate(request: Request, user: User, *, kind: SubmissionKind) -> HTTPExc
 
 
 async def accept_upload(
-    request: Request, session: Session, user: User, archive: UploadFile, *,
+    request: Request, session: Session, user: User, archive: UploadFile, *, hosted: Hosted,
     kind: SubmissionKind = SubmissionKind.SUBMISSION,
 ) -> SubmissionCreated:
     """Check, store and queue ``user``'s uploaded ``archive`` as a submission or a preview
-    (``kind``): the REST uploads and the submissions page's form all come here. It is stamped
-    with its time against the student's due date (:mod:`api.web.deadlines`); a preview may be
-    late whatever the assignment says.
+    (``kind``) for the ``hosted`` assignment: the REST uploads and the submissions page's form
+    all come here. It is stamped with its time against the student's due date for that
+    assignment (:mod:`api.web.deadlines`); a preview may be late whatever the assignment says.
 
     Raises:
         HTTPException: 403 a late submission where the assignment refuses late work (nothing
@@ -82,10 +84,10 @@ async def accept_upload(
             ``Retry-After``), 413 too large, 415 not an archive, 422 a member that breaks a rule.
     """
     settings = request.app.state.settings
-    deadline = request.app.state.assignment.deadline
+    deadline = hosted.rules.deadline
     refuses_late = kind == SubmissionKind.SUBMISSION and deadline is not None and deadline.late == "refuse"
     if refuses_late:  # refused before it counts against the rate limit, and before its bytes are read
-        upload = await run_in_threadpool(judge_upload, session, user=user, deadline=deadline)
+        upload = await run_in_threadpool(judge_upload, session, user=user, assignment=hosted.name, deadline=deadline)
         if upload.judged.status == "refused":
             raise late_refusal(upload, deadline)
     if (over := _over_rate(request, user, kind=kind)) is not None:
@@ -104,15 +106,23 @@ async def accept_upload(
         # Unpacking the archive and writing it to the database block: they run in the thread
         # pool, so a burst of uploads never holds up the event loop (and every other request).
         try:
-            check_archive(data, archive_limits(settings), tests=request.app.state.layout.student_tests)
+            members = check_archive(data, archive_limits(settings), tests=hosted.layout.student_tests)
         except ArchiveError as exc:
             raise _refused(archive, exc) from None
+        if (other := _made_for_another(members, hosted, request.app.state.hosting)) is not None:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_ENTITY,
+                f"archive {archive.filename!r}: its tests are in {other.layout.student_tests}/, where {other.name}'s "
+                f"repositories keep them, and none in {hosted.layout.student_tests}/: it was sent for {hosted.name}. "
+                f"Send it for {other.name} (`mutagrade submit` names the module by the tests folder), or put the "
+                f"tests for {hosted.name} in {hosted.layout.student_tests}/")
         # Its time: when the whole archive is here (a refusal may be due to a slow upload).
-        upload = judge_upload(session, user=user, deadline=deadline)
+        upload = judge_upload(session, user=user, assignment=hosted.name, deadline=deadline)
         if upload.judged.status == "refused" and kind == SubmissionKind.SUBMISSION:
             raise late_refusal(upload, deadline)
         try:
-            submission = crud.create_submission(session, user=user, archive=data, name=archive.filename or "archive",
+            submission = crud.create_submission(session, user=user, assignment=hosted.name, archive=data,
+                                                name=archive.filename or "archive",
                                                 max_in_flight=settings.max_in_flight, kind=kind, at=upload.at,
                                                 judged=upload.judged)
         except crud.InFlightLimit as exc:
@@ -121,6 +131,19 @@ async def accept_upload(
         return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))
 
     return await run_in_threadpool(store)
+
+
+def _made_for_another(members: list[Member], hosted: Hosted, hosting: Hosting) -> Hosted | None:
+    """The other hosted assignment an archive was made for: it has no file in ``hosted``'s
+    tests folder and some in the other's (None: it is ``hosted``'s, or nobody's to tell)."""
+
+    def within(folder: PurePosixPath) -> bool:
+        return any(PurePosixPath(m.name).is_relative_to(folder) for m in members)
+
+    if within(hosted.layout.student_tests):
+        return None
+    return next((other for other in hosting.by_name.values()
+                 if other.name != hosted.name and within(other.layout.student_tests)), None)
 
 
 def start_regrade(request: Request, session: Session, user: User, submission_id: int) -> SubmissionCreated:

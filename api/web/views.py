@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from api.store import crud
 from api.store.db import Submission, User
+from api.web.hosting import of_submission
 from api.web.schemas import Links, SubmissionPublic
 from grader.core.states import JobStatus, Role
 from grader.core.models import Report
@@ -43,7 +44,7 @@ def report_for(request: Request, submission: Submission, user: User) -> Report |
     if submission.report_json is None:
         return None
     report = Report.model_validate_json(submission.report_json)
-    return report if user.role == Role.STAFF else student_view(report, request.app.state.variants)
+    return report if user.role == Role.STAFF else student_view(report, of_submission(request, submission).variants)
 
 
 def done_report(request: Request, submission: Submission, user: User) -> Report:
@@ -62,6 +63,7 @@ def public(request: Request, submission: Submission, user: User, *, with_report:
     return SubmissionPublic(
         id=submission.id,
         student=submission.user.name,
+        assignment=submission.assignment or "",
         status=submission.status,
         archive_name=submission.archive_name,
         created_at=crud.as_utc(submission.created_at),

@@ -24,9 +24,10 @@ from grader.flows.golden import device_in_use, load_comparison, load_implementat
 __all__ = ["compare_variants", "run_golden"]
 
 
-def compare_variants(settings: Settings, *, cases: int, seed: int = 0) -> GoldenResult:
-    """Every variant against live torch on this machine's device (trusted code, in-process)."""
-    layout = layout_of(settings)
+def compare_variants(settings: Settings, *, cases: int, seed: int = 0, assignment: str | None = None) -> GoldenResult:
+    """Every variant of the hosted ``assignment`` (None: the default) against live torch on
+    this machine's device (trusted code, in-process)."""
+    layout = layout_of(settings, assignment)
     device, dtype = device_in_use()
     compare = load_comparison(layout.golden_code)
     rows = []
@@ -53,14 +54,14 @@ def run_golden(run_id: int, *, settings: Settings, make_session: sessionmaker) -
     if run is None:
         return "skipped"
     try:
-        result = compare_variants(settings, cases=run.cases)
+        result = compare_variants(settings, cases=run.cases, assignment=run.assignment)
         if run.submission_id is not None:
             from grader.flows.check import check_implementation
             from grader.flows.serving import RunLimits
 
             with make_session() as session:
                 archive = crud.get_submission(session, run.submission_id).archive
-            layout = layout_of(settings)
+            layout = layout_of(settings, run.assignment)
             with tempfile.TemporaryDirectory(prefix="mutagrade-golden-") as tmp:
                 files = unpack(archive, Path(tmp), archive_limits(settings), tests=layout.student_tests)
                 if files.implementation is None:

@@ -11,16 +11,17 @@ from __future__ import annotations
 from sqlalchemy.orm import sessionmaker
 
 from api.store import crud
-from api.config import Settings, archive_limits, layout_of
+from api.config import Settings, UnknownAssignment, archive_limits, layout_of
 from api.store.db import Submission
 from grader.core.assignment import load_assignment
 from grader.core.caps import report_json_within
 from grader.flows.grading import GradingInputError, grade_suite
 from grader.flows.intake import Upload, open_submission
 from grader.core.models import Audience
+from grader.core.paths import Layout
 from grader.flows.serving import RunLimits, SandboxUnavailable, WorkerPool
 
-__all__ = ["GradingDeferred", "grade_submission", "make_pool"]
+__all__ = ["GradingDeferred", "Pools", "grade_submission"]
 
 
 class GradingDeferred(Exception):
@@ -34,23 +35,41 @@ class GradingDeferred(Exception):
         self.retry_after_s = retry_after_s
 
 
-def make_pool(settings: Settings) -> WorkerPool:
-    """Warm grading workers for one queue thread (started at its first job)."""
-    layout = layout_of(settings)
-    return WorkerPool(layout=layout, limits=RunLimits.of(load_assignment(layout.assignment), jobs=settings.grade_jobs))
+class Pools:
+    """Warm grading workers for one queue thread (or Celery process): a pool per hosted
+    assignment, each started at its assignment's first job. A pool's workers load one
+    assignment's variants; no two assignments share one."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pools: dict[str, WorkerPool] = {}
+
+    def of(self, layout: Layout) -> WorkerPool:
+        pool = self._pools.get(layout.assignment_name)
+        if pool is None:
+            limits = RunLimits.of(load_assignment(layout.assignment), jobs=self.settings.grade_jobs)
+            pool = self._pools[layout.assignment_name] = WorkerPool(layout=layout, limits=limits)
+        return pool
+
+    def close(self) -> None:
+        """Let every pool's workers go (a pool starts them again at its next job)."""
+        for pool in self._pools.values():
+            pool.close()
 
 
 def grade_submission(
     submission: Submission, *, settings: Settings, make_session: sessionmaker, worker: str,
-    pool: WorkerPool | None = None, hold_claim: bool = False,
+    pools: Pools | None = None, hold_claim: bool = False,
 ) -> bool:
     """Grade a claimed submission and store the outcome; returns whether it was stored.
 
-    Bad input (an archive that no longer unpacks, tests where they cannot be told) is stored
-    as the submission's error, as is a failure of the grader itself; a journal that cannot be
-    read is one that does not verify, and the suite is graded.
+    It is graded for the assignment it was made for. Bad input (an archive that no longer
+    unpacks, tests where they cannot be told, an assignment the service no longer hosts) is
+    stored as the submission's error, as is a failure of the grader itself; a journal that
+    cannot be read is one that does not verify, and the suite is graded.
 
     Args:
+        pools: the caller's warm workers (none: workers started for this grading alone).
         hold_claim: when the sandbox is unavailable, keep the claim (the caller waits and
             calls again) instead of putting the submission back in the queue.
 
@@ -59,10 +78,10 @@ def grade_submission(
             the queue unless ``hold_claim`` (after ``settings.sandbox_attempts`` tries it is
             stored as an error instead).
     """
-    layout = layout_of(settings)
-    assignment = load_assignment(layout.assignment)
     upload = Upload(submission.archive_name, submission.archive)
     try:
+        layout = layout_of(settings, submission.assignment)
+        assignment = load_assignment(layout.assignment)
         with open_submission(upload, layout=layout, assignment=assignment, archive_limits=archive_limits(settings),
                              limits=RunLimits.of(assignment, jobs=settings.grade_jobs)) as opened:
             try:
@@ -75,14 +94,14 @@ def grade_submission(
                     jobs=settings.grade_jobs,
                     submission=f"submission {submission.id} ({submission.archive_name})",
                     full_matrix=bool(submission.full_matrix),
-                    pool=pool,
+                    pool=pools.of(layout) if pools is not None else None,
                 )
             except GradingInputError as exc:  # files named as in the archive, not where it was unpacked
                 raise GradingInputError(opened.relabel(str(exc))) from None
     except SandboxUnavailable as exc:
         return _without_sandbox(submission, exc, settings=settings, make_session=make_session, worker=worker,
                                 release=not hold_claim)
-    except GradingInputError as exc:
+    except (GradingInputError, UnknownAssignment) as exc:
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {exc}")
     except Exception as exc:  # noqa: BLE001 - recorded, and the worker goes on with the next job

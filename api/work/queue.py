@@ -23,10 +23,9 @@ from sqlalchemy.orm import sessionmaker
 
 from api.store import crud
 from api.config import Settings
-from api.work.jobs import GradingDeferred, grade_submission, make_pool
+from api.work.jobs import GradingDeferred, Pools, grade_submission
 from api.work.lease import Heartbeat
 from grader.flows.serving import machine_admission
-from grader.flows.serving import WorkerPool
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
@@ -94,9 +93,9 @@ class LocalQueue:
         return all(t.is_alive() for t in self._threads) and len(self._threads) == self.count
 
     def _loop(self, worker: str) -> None:
-        # Each thread keeps two grading workers warm while jobs keep coming (a burst pays their
+        # Each thread keeps two grading workers warm (per assignment) while jobs keep coming (a burst pays their
         # start-up once), and lets them go, with their sandbox users, once it has been idle.
-        pool = make_pool(self.settings)
+        pools = Pools(self.settings)
         idle_since = time.monotonic()
         try:
             while not self._stopping.is_set():
@@ -108,25 +107,25 @@ class LocalQueue:
                     if not self.admission.enter(self._stopping):
                         break
                     try:
-                        graded = self._take_one(worker, pool)
+                        graded = self._take_one(worker, pools)
                     finally:
                         self.admission.leave()
                     if not graded:
                         if time.monotonic() - idle_since > _POOL_IDLE_S:
-                            pool.close()
+                            pools.close()
                         with self._wake:
                             self._wake.wait(timeout=1.0)
                         continue
                     idle_since = time.monotonic()
                 except Exception:  # noqa: BLE001 - a broken job must not end the worker thread
                     log.exception("grading worker %s: unexpected error; continuing", worker)
-                    pool.close()
+                    pools.close()
                     self._stopping.wait(1.0)
         finally:
-            pool.close()
+            pools.close()
 
 
-    def _take_one(self, worker: str, pool: WorkerPool) -> bool:
+    def _take_one(self, worker: str, pools: Pools) -> bool:
         """Claim the next job and grade it; False when there was none."""
         with self.make_session() as session:
             # In turn over students; first a job whose claim lapsed (a server sharing this
@@ -138,13 +137,13 @@ class LocalQueue:
             with Heartbeat(make_session=self.make_session, submission_id=submission.id, worker=worker,
                            every_s=self.settings.heartbeat_s):
                 grade_submission(submission, settings=self.settings, make_session=self.make_session,
-                                 worker=worker, pool=pool)
+                                 worker=worker, pools=pools)
         except GradingDeferred as deferred:
             # Every thread of this process would meet the same sandbox: all wait.
             self._paused_until = max(self._paused_until, time.monotonic() + deferred.retry_after_s)
             log.warning("grading worker %s: submission %d queued again, grading resumes in %.0f s: %s",
                         worker, submission.id, deferred.retry_after_s, deferred.why)
-            pool.close()
+            pools.close()
         return True
 
 

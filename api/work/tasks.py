@@ -25,10 +25,9 @@ from sqlalchemy.orm import sessionmaker
 from api.store import crud
 from api.config import Settings
 from api.store.db import Submission, make_engine, make_sessionmaker
-from api.work.jobs import GradingDeferred, grade_submission, make_pool
+from api.work.jobs import GradingDeferred, Pools, grade_submission
 from api.work.lease import Heartbeat
 from grader.flows.serving import Admission, machine_admission
-from grader.flows.serving import WorkerPool
 
 __all__ = ["GOLDEN", "GRADE", "JobTask", "golden", "grade", "register"]
 
@@ -40,12 +39,12 @@ GOLDEN = "mutagrade.golden"
 
 class _Process:
     """What the tasks of one app keep in a worker process: one engine, and two grading workers
-    kept warm from job to job; made at first use, after the fork."""
+    per assignment kept warm from job to job; made at first use, after the fork."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._make_session: sessionmaker | None = None
-        self._pool: WorkerPool | None = None
+        self._pools: Pools | None = None
         self._admission: Admission | None = None
 
     def sessions(self) -> sessionmaker:
@@ -53,10 +52,10 @@ class _Process:
             self._make_session = make_sessionmaker(make_engine(self.settings.database_url))
         return self._make_session
 
-    def pool(self) -> WorkerPool:
-        if self._pool is None:
-            self._pool = make_pool(self.settings)
-        return self._pool
+    def pools(self) -> Pools:
+        if self._pools is None:
+            self._pools = Pools(self.settings)
+        return self._pools
 
     def admission(self) -> Admission:
         """The machine's admission, shared with every grading process of this machine."""
@@ -66,11 +65,11 @@ class _Process:
 
     def forget(self) -> None:
         """A fresh process (forked from the parent): nothing of the parent's is used."""
-        self._make_session = self._pool = self._admission = None
+        self._make_session = self._pools = self._admission = None
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        if self._pools is not None:
+            self._pools.close()
 
 
 _PROCESSES: list[_Process] = []  # of every app the tasks were registered on, for the signals below
@@ -139,7 +138,7 @@ def _grade_held(task: JobTask, submission: Submission, *, worker: str, make_sess
     while True:
         try:
             return grade_submission(submission, settings=settings, make_session=make_session, worker=worker,
-                                    pool=task.process.pool(), hold_claim=True)
+                                    pools=task.process.pools(), hold_claim=True)
         except GradingDeferred as deferred:
             # This worker's sandbox is not ready: it keeps the job (the others stay in the
             # broker for other workers), takes no other meanwhile, and tries again once the

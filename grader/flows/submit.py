@@ -73,8 +73,9 @@ def _unreachable(server: str, exc: httpx.TransportError) -> ClientError:
 
 
 def submit(repo: Path, *, tests: PurePosixPath, server: str, token: str, fmt: str = "text",
-           timeout: float = 600.0, preview: bool = False) -> int:
-    """Upload ``repo``'s tests, wait for the grade, print the report; returns the exit code
+           timeout: float = 600.0, preview: bool = False, assignment: str | None = None) -> int:
+    """Upload ``repo``'s tests for ``assignment`` (its name; None: the service's default),
+    wait for the grade, print the report; returns the exit code
     of ``mutagrade grade`` (0 passed, 1 not passed, 2 refused, 3 the service failed), or 4
     when the server could not be reached (:mod:`grader.core.exits`). With ``preview``, the
     upload is a preview (``POST /v1/previews``): graded the same way, never the grade of record,
@@ -85,7 +86,8 @@ def submit(repo: Path, *, tests: PurePosixPath, server: str, token: str, fmt: st
     what, path = ("preview", "/v1/previews") if preview else ("submission", "/v1/submissions")
     try:
         with httpx.Client(base_url=server, headers=headers, timeout=30.0) as http:
-            answer = http.post(path, files={"archive": ("submission.tar.gz", archive, "application/gzip")})
+            answer = http.post(path, files={"archive": ("submission.tar.gz", archive, "application/gzip")},
+                               data={"assignment": assignment} if assignment else None)
             if answer.status_code == 429:
                 raise ClientError(f"{_detail(answer)} (Retry-After: {answer.headers.get('Retry-After')} s)", EXIT_BAD_INPUT)
             if answer.status_code >= 400:

@@ -82,9 +82,11 @@ def grant_extension(server: Server, login: str, due: datetime) -> None:
     """Give ``login`` their own due date (or move it), as staff would."""
     with database(server) as session:
         user = user_of(session, login)
-        extension = session.scalars(select(Extension).where(Extension.user_id == user.id)).one_or_none()
+        extension = session.scalars(select(Extension).where(
+            Extension.user_id == user.id, Extension.assignment == LAYOUT.assignment_name)).one_or_none()
         if extension is None:
-            session.add(Extension(user_id=user.id, due=due, reason="illness", granted_by="prof"))
+            session.add(Extension(user_id=user.id, assignment=LAYOUT.assignment_name, due=due, reason="illness",
+                                  granted_by="prof"))
         else:
             extension.due = due
         session.commit()

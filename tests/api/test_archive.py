@@ -300,7 +300,7 @@ def test_a_stored_archive_that_cannot_be_unpacked_is_not_an_internal_error(case,
     make_session = make_sessionmaker(make_engine(url))
     with make_session() as session:
         user, _ = crud.create_user(session, name="ada", role="student")
-        crud.create_submission(session, user=user, archive=data, name="old.zip")
+        crud.create_submission(session, user=user, assignment="l3-3-gru", archive=data, name="old.zip")
         submission = crud.claim_next(session, worker="w")
     assert grade_submission(submission, settings=Settings(database_url=url), make_session=make_session, worker="w")
     with make_session() as session:

@@ -193,7 +193,7 @@ def test_the_similarity_finds_the_planted_copy_and_no_honest_pair(course: Course
     assert [frozenset((p["a"], p["b"])) for p in pairs] == [COPIED], [(p["a"], p["b"], p["similarity"]) for p in pairs]
     [pair] = pairs
     assert pair["similarity"] >= 0.8 and pair["regions_a"] and pair["regions_b"]
-    assert body["links"] == ["/staff/similarity/pair?a=ana&b=cy"]  # one per pair, in the pairs' order
+    assert body["links"] == ["/staff/similarity/pair?a=ana&b=cy&assignment=l3-3-gru"]  # one per pair, in order
 
     everything = staff_json(course, "/v1/similarity.json?threshold=0").json()["result"]["pairs"]
     honest = [p for p in everything if frozenset((p["a"], p["b"])) != COPIED]
@@ -266,12 +266,12 @@ def test_the_pages_render_in_chromium_with_their_plots_loaded(course: Course, tm
         pair_layout = json.loads(browser.evaluate(PAGE_LAYOUT))
         blocked = list(browser.blocked)
 
-    assert sorted(i["src"] for i in images) == sorted(f"/staff/stats/{name}.svg" for name in PLOTS)
+    assert sorted(i["src"] for i in images) == sorted(f"/staff/stats/{name}.svg?assignment=l3-3-gru" for name in PLOTS)
     for image in images:
         assert image["done"] and image["width"] > 0, image
         assert len(image["alt"]) > 20 and image["table"], image
-    assert similarity_layout["links"] == ["/staff/similarity/pair?a=ana&b=cy"]
-    assert landed == f"{srv.url}/staff/similarity/pair?a=ana&b=cy"
+    assert similarity_layout["links"] == ["/staff/similarity/pair?a=ana&b=cy&assignment=l3-3-gru"]
+    assert landed == f"{srv.url}/staff/similarity/pair?a=ana&b=cy&assignment=l3-3-gru"
     assert len(marks) == 2 and all(n > 0 for n in marks), marks
     for layout in (stats_layout, similarity_layout, pair_layout):
         assert layout["wide"] <= layout["window"] == WIDTH, layout
@@ -328,15 +328,15 @@ def test_the_submissions_of_record_on_each_database(make_session: sessionmaker) 
         made = []
         for n, (name, status, kind) in enumerate(rows):
             report = json.dumps({"n": n, "passed": False, "score": SCORE}) if status == "done" else None
-            made.append(Submission(user=people[name], status=status, kind=kind, archive=b"bytes %d" % n,
+            made.append(Submission(user=people[name], assignment="l3-3-gru", status=status, kind=kind, archive=b"bytes %d" % n,
                                    archive_name=f"{name}.zip", report_json=report))
             session.add(made[-1])
             session.flush()
         session.commit()
-        records = recorded_submissions(session, assignment=assignment)
+        records = recorded_submissions(session, name="l3-3-gru", assignment=assignment)
         assert [(r.student, r.id, r.graded) for r in records] == [("ann", made[1].id, True), ("bo", made[5].id, True)]
-        assert ungraded_students(session, recorded=[r.student for r in records]) == 1  # cat
-        assert ungraded_students(session, recorded=[]) == 2  # bo too, were he not recorded
+        assert ungraded_students(session, name="l3-3-gru", recorded=[r.student for r in records]) == 1  # cat
+        assert ungraded_students(session, name="l3-3-gru", recorded=[]) == 2  # bo too, were he not recorded
         ids = [made[1].id, made[5].id, made[7].id]
         assert [(i, json.loads(text)["n"]) for i, text in stored_reports(session, ids)] == [
             (made[1].id, 1), (made[5].id, 5)]
@@ -362,6 +362,6 @@ def test_a_pair_link_carries_any_login_as_it_is() -> None:
 
     pair = SimilarPair(a="a/b", b="..", similarity_a=1.0, similarity_b=1.0, similarity=1.0, overlap=10,
                        regions_a=[], regions_b=[])
-    link = urlsplit(pair_link(pair))
+    link = urlsplit(pair_link(pair, "l3-3-gru"))
     assert link.path == "/staff/similarity/pair"
-    assert parse_qs(link.query) == {"a": ["a/b"], "b": [".."]}
+    assert parse_qs(link.query) == {"a": ["a/b"], "b": [".."], "assignment": ["l3-3-gru"]}

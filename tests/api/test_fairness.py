@@ -31,7 +31,7 @@ def _post(make_session: sessionmaker, *names: str) -> dict[str, int]:
             user = session.query(User).filter_by(name=name[0]).one_or_none()
             if user is None:
                 user, _ = crud.create_user(session, name=name[0], role="student")
-            ids[name] = crud.create_submission(session, user=user, archive=b"x", name=name).id
+            ids[name] = crud.create_submission(session, user=user, assignment="l3-3-gru", archive=b"x", name=name).id
     return ids
 
 

@@ -67,7 +67,7 @@ def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ses
 def _claimed(make_session: sessionmaker) -> int:
     with make_session() as session:
         user, _ = crud.create_user(session, name="alice", role="student")
-        submission = crud.create_submission(session, user=user, archive=b"x", name="a.tar.gz")
+        submission = crud.create_submission(session, user=user, assignment="l3-3-gru", archive=b"x", name="a.tar.gz")
         assert crud.claim_next(session, worker="w1").id == submission.id
         return submission.id
 

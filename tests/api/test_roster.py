@@ -119,12 +119,12 @@ def test_removing_a_student_ends_their_token_and_keeps_their_submissions(make_se
     with make_session() as session:
         [ada] = import_roster(session, [ADA], actor="prof").students
         user = crud.user_by_name(session, name="ada")
-        crud.create_submission(session, user=user, archive=b"x", name="tests.tar.gz")
+        crud.create_submission(session, user=user, assignment="l3-3-gru", archive=b"x", name="tests.tar.gz")
         assert remove_student(session, login="ada", actor="prof") is True
         assert remove_student(session, login="ada", actor="prof") is False  # removed already
         assert crud.user_by_token(session, token=ada.token) is None
         assert len(crud.list_submissions(session, student="ada")) == 1
-        [listed] = list_roster(session)
+        [listed] = list_roster(session, assignment="l3-3-gru")
         assert (listed.login, listed.has_token, listed.removed_at is not None) == ("ada", False, True)
         assert [e.action for e in events(session, subject="student ada")] == ["roster.remove", "roster.create"]
         with pytest.raises(LookupError, match="'nobody': no such student"):
@@ -154,22 +154,23 @@ def test_an_extension_needs_an_aware_time_and_replaces_the_last(make_session: se
     with make_session() as session:
         import_roster(session, [ADA, GRACE], actor="prof")
         with pytest.raises(ValueError, match="due.*time zone.*2026-12-12T23:59"):
-            grant_extension(session, login="ada", due=datetime(2026, 12, 12, 23, 59), reason="ill", actor="prof")
+            grant_extension(session, assignment="l3-3-gru", login="ada", due=datetime(2026, 12, 12, 23, 59),
+                            reason="ill", actor="prof")
         with pytest.raises(LookupError, match="'nobody'"):
-            grant_extension(session, login="nobody", due=due, reason="", actor="prof")
-        grant_extension(session, login="ada", due=due, reason="ill", actor="prof")
-        later = grant_extension(session, login="ada", due=due + timedelta(days=2), reason="still ill", actor="tutor")
+            grant_extension(session, assignment="l3-3-gru", login="nobody", due=due, reason="", actor="prof")
+        grant_extension(session, assignment="l3-3-gru", login="ada", due=due, reason="ill", actor="prof")
+        later = grant_extension(session, assignment="l3-3-gru", login="ada", due=due + timedelta(days=2), reason="still ill", actor="tutor")
         assert (later.login, later.reason, later.granted_by) == ("ada", "still ill", "tutor")
         assert session.query(Extension).count() == 1
         ada = crud.user_by_name(session, name="ada")
-        got = extension_of(session, ada.id)
+        got = extension_of(session, ada.id, assignment="l3-3-gru")
         assert got == due + timedelta(days=2) and got.tzinfo is not None
-        assert extension_of(session, crud.user_by_name(session, name="ghopper").id) is None
+        assert extension_of(session, crud.user_by_name(session, name="ghopper").id, assignment="l3-3-gru") is None
         assert [(e.login, e.due) for e in list_extensions(session)] == [("ada", due + timedelta(days=2))]
-        assert [r.extension for r in list_roster(session)] == [due + timedelta(days=2), None]
-        assert revoke_extension(session, login="ada", actor="prof") is True
-        assert revoke_extension(session, login="ada", actor="prof") is False
-        assert extension_of(session, ada.id) is None
+        assert [r.extension for r in list_roster(session, assignment="l3-3-gru")] == [due + timedelta(days=2), None]
+        assert revoke_extension(session, login="ada", assignment="l3-3-gru", actor="prof") is True
+        assert revoke_extension(session, login="ada", assignment="l3-3-gru", actor="prof") is False
+        assert extension_of(session, ada.id, assignment="l3-3-gru") is None
         actions = [e.action for e in events(session, subject="student ada")]
     assert actions[:3] == ["extension.revoke", "extension.grant", "extension.grant"]
 
@@ -247,7 +248,7 @@ def test_the_extension_commands(tmp_path: Path, cli_env: dict[str, str]) -> None
     assert granted.returncode == 0, granted.stderr
     assert "2026-12-12T22:59:00+00:00" in granted.stdout
     listed = admin("extension", "list", env=cli_env, cwd=tmp_path)
-    assert listed.stdout.splitlines()[1].split("\t")[:3] == ["ada", "2026-12-12T22:59:00+00:00", "ill"]
+    assert listed.stdout.splitlines()[1].split("\t")[:4] == ["ada", "l3-3-gru", "2026-12-12T22:59:00+00:00", "ill"]
     for bad, said in ((["--due", "2026-12-12", "--timezone", "UTC"], "'2026-12-12'"),
                       (["--due", "2026-12-12T23:59", "--timezone", "Mars/Olympus"], "'Mars/Olympus'")):
         done = admin("extension", "grant", "ada", *bad, env=cli_env, cwd=tmp_path)
@@ -401,8 +402,8 @@ def test_the_roster_page_in_chromium_with_the_keyboard(live: Server, tmp_path: P
         assert {"roster", "login", "due", "timezone", "reason", "Import", "Grant the extension"} <= names, reached
 
         browser.choose_file('input[name="roster"]', roster)
-        landed = browser.click('form[action="/staff/roster/import"] button[type="submit"]')
-        assert landed.endswith("/staff/roster/import")
+        landed = browser.click('form[action^="/staff/roster/import"] button[type="submit"]')
+        assert landed.endswith("/staff/roster/import?assignment=l3-3-gru")
         shown = browser.evaluate("document.querySelector('textarea[readonly]').value")
         assert shown.startswith("login,name,email,token,note") and len(TOKEN.findall(shown)) == 2
 
@@ -432,9 +433,9 @@ def test_a_far_extension_is_refused_before_it_is_stored(make_session: sessionmak
     with make_session() as session:
         import_roster(session, [ADA], actor="prof")
         with pytest.raises(ValueError, match="due: expected a year"):
-            grant_extension(session, login="ada", due=datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc),
+            grant_extension(session, assignment="l3-3-gru", login="ada", due=datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc),
                             actor="prof")
-        assert extension_of(session, find_user(session, login="ada").id) is None
+        assert extension_of(session, find_user(session, login="ada").id, assignment="l3-3-gru") is None
 
 
 def test_a_login_with_a_nul_is_nobodys(make_session: sessionmaker) -> None:
@@ -443,3 +444,19 @@ def test_a_login_with_a_nul_is_nobodys(make_session: sessionmaker) -> None:
         assert find_user(session, login="ada\x00") is None
         with pytest.raises(LookupError):
             remove_student(session, login="ada\x00", actor="prof")
+
+
+def test_an_extension_is_for_one_assignment(make_session: sessionmaker) -> None:
+    due = datetime(2026, 12, 20, 23, 59, tzinfo=timezone.utc)
+    with make_session() as session:
+        import_roster(session, [ADA], actor="prof")
+        ada = find_user(session, login="ada")
+        grant_extension(session, login="ada", assignment="l3-2-lstm", due=due, reason="ill", actor="prof")
+        assert extension_of(session, ada.id, assignment="l3-2-lstm") == due
+        assert extension_of(session, ada.id, assignment="l3-3-gru") is None
+        grant_extension(session, login="ada", assignment="l3-3-gru", due=due + timedelta(days=1), actor="prof")
+        assert [(e.assignment, e.due) for e in list_extensions(session)] == [
+            ("l3-2-lstm", due), ("l3-3-gru", due + timedelta(days=1))]
+        assert [r.extension for r in list_roster(session, assignment="l3-2-lstm")] == [due]
+        assert revoke_extension(session, login="ada", assignment="l3-2-lstm", actor="prof") is True
+        assert extension_of(session, ada.id, assignment="l3-3-gru") == due + timedelta(days=1)

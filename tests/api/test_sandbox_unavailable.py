@@ -34,7 +34,7 @@ def database(tmp_path: Path):
     make_session = make_sessionmaker(make_engine(url))
     with make_session() as session:
         user, _ = crud.create_user(session, name="ada", role="student")
-        submission = crud.create_submission(session, user=user, archive=example_archive(), name="ada.tar.gz")
+        submission = crud.create_submission(session, user=user, assignment="l3-3-gru", archive=example_archive(), name="ada.tar.gz")
     return url, make_session, submission.id
 
 

@@ -225,5 +225,5 @@ def test_the_staff_pages_render_in_a_browser(term: dict, tmp_path: Path) -> None
         roster = browser.visit(f"{srv.url}/staff/roster", "document.querySelectorAll('tbody tr').length").found
     assert len(images) == 3 and all(width > 0 for width in images), images
     assert wide[0] <= wide[1] == 1280, wide
-    assert links == [f"/staff/similarity/pair?a={login(COPY[0])}&b={login(COPY[1])}"], links
+    assert links == [f"/staff/similarity/pair?a={login(COPY[0])}&b={login(COPY[1])}&assignment=l3-3-gru"], links
     assert int(roster) >= STUDENTS

@@ -23,6 +23,7 @@ from api.store.course_stats import recorded_submissions, stored_reports, ungrade
 from api.web.course_cache import Computed, computed_cache
 from api.web.course_schemas import StatsAnswer
 from api.web.deps import SessionDep, StaffUser
+from api.web.hosting import Hosted, HostedQuery
 from api.web.forms import PAGE_HEADERS, PageUser, page, staff_only
 from grader.core.classstats import ClassStats, class_stats
 from grader.core.models import Report
@@ -47,14 +48,15 @@ class ClassFigures:
     key: Hashable  # what they were computed from, for the plots drawn from them
 
 
-def class_figures(request: Request, session: Session) -> Computed[ClassFigures]:
-    """The class's figures now, computed unless the same submissions' are kept."""
-    records = recorded_submissions(session, assignment=request.app.state.assignment)
+def class_figures(request: Request, session: Session, hosted: Hosted) -> Computed[ClassFigures]:
+    """The class's figures for one assignment now, computed unless the same submissions' are kept."""
+    records = recorded_submissions(session, name=hosted.name, assignment=hosted.rules)
     graded = [r for r in records if r.graded]
     # Not graded: a grade of record staff gave points to, and those who have none, their
     # submissions having failed.
-    errors = len(records) - len(graded) + ungraded_students(session, recorded=[r.student for r in records])
-    key = ("stats", frozenset((r.id, r.finished_at) for r in graded), errors)
+    errors = len(records) - len(graded) + ungraded_students(session, name=hosted.name,
+                                                             recorded=[r.student for r in records])
+    key = ("stats", hosted.name, frozenset((r.id, r.finished_at) for r in graded), errors)
 
     def compute() -> ClassFigures:
         reports = []
@@ -71,10 +73,10 @@ def class_figures(request: Request, session: Session) -> Computed[ClassFigures]:
 
 @router.get("/v1/stats.json", response_model=StatsAnswer,
             responses={401: {"description": "missing token"}, 403: {"description": "staff only"}})
-def stats_json(request: Request, session: SessionDep, user: StaffUser) -> StatsAnswer:
+def stats_json(request: Request, session: SessionDep, user: StaffUser, hosted: HostedQuery) -> StatsAnswer:
     """The class's statistics: students graded and passed, each mutant's kill rate (the most
     missed first), the kill rates' histogram, the tests by validity."""
-    figures = class_figures(request, session)
+    figures = class_figures(request, session, hosted)
     return StatsAnswer(computed_at=figures.at, submissions=figures.value.submissions, stats=figures.value.stats)
 
 
@@ -90,19 +92,19 @@ def _alt(name: str, stats: ClassStats) -> str:
 
 
 @router.get("/staff/stats", response_class=HTMLResponse, include_in_schema=False)
-def stats_page(request: Request, session: SessionDep, user: PageUser) -> Response:
+def stats_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery) -> Response:
     if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
-    figures = class_figures(request, session)
+    figures = class_figures(request, session, hosted)
     stats = figures.value.stats
     return page(request, "stats.html", {
-        "user": user, "stats": stats, "computed_at": figures.at,
+        "user": user, "hosted": hosted, "stats": stats, "computed_at": figures.at,
         "alt": {name: _alt(name, stats) for name in PLOTS}, "percent": percent,
     })
 
 
 @router.get("/staff/stats/{name}.svg", include_in_schema=False)
-def stats_plot(request: Request, session: SessionDep, user: PageUser, name: str) -> Response:
+def stats_plot(request: Request, session: SessionDep, user: PageUser, name: str, hosted: HostedQuery) -> Response:
     """One of the page's plots, drawn from the figures the page shows (and kept with them)."""
     if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
@@ -112,7 +114,7 @@ def stats_plot(request: Request, session: SessionDep, user: PageUser, name: str)
             "user": user, "title": "No such plot",
             "message": f"no plot {name!r}: the plots are {', '.join(f'{n}.svg' for n in PLOTS)}",
         }, status.HTTP_404_NOT_FOUND)
-    figures = class_figures(request, session).value
+    figures = class_figures(request, session, hosted).value
     cache = computed_cache(request.app)
 
     def drawn() -> str:

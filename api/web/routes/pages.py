@@ -25,6 +25,7 @@ from api.store import crud
 from api.web.csrf import FIELD
 from api.store.db import User
 from api.web.deps import TOKEN_COOKIE, RowId, SessionDep
+from api.web.hosting import Hosted, HostedQuery, hosted_by_name
 from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused, staff_only
 from api.web.submitting import accept_upload, start_regrade
 from api.store.grades import RULE_WORDS, grade_records
@@ -72,22 +73,25 @@ def logout() -> Response:
 
 
 def _submissions(
-    request: Request, session: Session, user: User, *, error: str | None = None,
+    request: Request, session: Session, user: User, hosted: Hosted, *, error: str | None = None,
     status_code: int = status.HTTP_200_OK, headers: Mapping[str, str] | None = None,
 ) -> Response:
-    rows = crud.list_submissions(session, user=None if user.role == Role.STAFF else user, limit=500)
+    """The submissions page of one assignment: the upload form (for it by default), the due
+    date, and the user's submissions for it (staff: everyone's)."""
+    rows = crud.list_submissions(session, user=None if user.role == Role.STAFF else user, assignment=hosted.name,
+                                 limit=500)
     views = [public(request, s, user, with_report=False) for s in rows]
-    deadline = request.app.state.assignment.deadline
-    due = due_notice(judge_upload(session, user=user, deadline=deadline), deadline)
-    return page(request, "submissions.html", {"user": user, "rows": views, "error": error, "due": due},
-                status_code, headers)
+    deadline = hosted.rules.deadline
+    due = due_notice(judge_upload(session, user=user, assignment=hosted.name, deadline=deadline), deadline)
+    return page(request, "submissions.html", {"user": user, "hosted": hosted, "rows": views, "error": error,
+                                              "due": due}, status_code, headers)
 
 
 @router.get("/submissions", response_class=HTMLResponse)
-def submissions_page(request: Request, session: SessionDep, user: PageUser) -> Response:
+def submissions_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery) -> Response:
     if user is None:
         return to_login()
-    return _submissions(request, session, user)
+    return _submissions(request, session, user, hosted)
 
 
 @router.post("/submissions", response_class=HTMLResponse)
@@ -98,19 +102,22 @@ async def upload(request: Request, session: SessionDep, user: PageUser) -> Respo
         return to_login()
     if (refusal := from_elsewhere(request, user)) is not None:  # before the body is read
         return refusal
+    hosted = request.app.state.hosting.default  # the page the refusal shows, until the form names one
     try:
-        # A form token and one file, nothing more: a larger form is refused as it is read (a
-        # file input left empty comes as a field).
-        async with request.form(max_files=1, max_fields=2) as form:
+        # A form token, the assignment and one file, nothing more: a larger form is refused as
+        # it is read (a file input left empty comes as a field).
+        async with request.form(max_files=1, max_fields=3) as form:
             if (refusal := token_refused(request, user, form.get(FIELD))) is not None:
                 return refusal
+            named = form.get("assignment")
+            hosted = hosted_by_name(request, named if isinstance(named, str) else None)
             archive = form.get("archive")
             if not isinstance(archive, UploadFile) or not archive.filename:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, NO_FILE)
-            created = await accept_upload(request, session, user, archive)
+            created = await accept_upload(request, session, user, archive, hosted=hosted)
     except FormError as exc:  # the REST upload's refusals (HTTPException), and a body that is not such a form
         return await run_in_threadpool(
-            _submissions, request, session, user, error=str(exc.detail), status_code=exc.status_code,
+            _submissions, request, session, user, hosted, error=str(exc.detail), status_code=exc.status_code,
             headers=exc.headers,
         )
     return RedirectResponse(f"/submissions/{created.id}", status_code=status.HTTP_303_SEE_OTHER)
@@ -153,11 +160,12 @@ def regrade(
 
 
 @router.get("/gradebook", response_class=HTMLResponse)
-def gradebook_page(request: Request, session: SessionDep, user: PageUser) -> Response:
+def gradebook_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery) -> Response:
     if (refusal := staff_only(request, user, "the gradebook is for course staff only")) is not None:
         return refusal
-    assignment = request.app.state.assignment
+    assignment = hosted.rules
     return page(request, "gradebook.html", {
-        "user": user, "rows": grade_records(session, assignment=assignment), "points": points_cell,
+        "user": user, "hosted": hosted, "rows": grade_records(session, name=hosted.name, assignment=assignment),
+        "points": points_cell,
         "rule": RULE_WORDS[assignment.grade_of_record], "possible": points_cell(assignment.points),
     })

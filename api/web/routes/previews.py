@@ -8,6 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, File, Request, Response, UploadFile, status
 
 from api.web.deps import CurrentUser, SessionDep
+from api.web.hosting import hosted_by_name
+from api.web.routes.submissions import AssignmentField
 from api.web.schemas import SubmissionCreated
 from api.web.submitting import accept_upload
 from grader.core.states import SubmissionKind
@@ -20,7 +22,8 @@ router = APIRouter(prefix="/v1/previews", tags=["submissions"])
     status_code=status.HTTP_202_ACCEPTED,
     response_model=SubmissionCreated,
     responses={401: {"description": "missing or unknown token"}, 413: {"description": "too large"},
-               415: {"description": "not an archive"}, 422: {"description": "a member breaks a rule"},
+               415: {"description": "not an archive"},
+               422: {"description": "a member breaks a rule, or an assignment this service does not host"},
                429: {"description": "too many previews in the window, or submissions in flight at once"}},
 )
 async def create_preview(
@@ -29,10 +32,12 @@ async def create_preview(
     session: SessionDep,
     user: CurrentUser,
     archive: Annotated[UploadFile, File(description="a .tar.gz or .zip of your tests (and .tdd/)")],
+    assignment: AssignmentField = None,
 ) -> SubmissionCreated:
     """Upload a preview: checked, stored and graded as a submission is, and read back at the
     same addresses, but shown as a preview, never the grade of record nor in the gradebook.
     A late preview is accepted; previews have a rate limit of their own."""
-    created = await accept_upload(request, session, user, archive, kind=SubmissionKind.PREVIEW)
+    created = await accept_upload(request, session, user, archive, hosted=hosted_by_name(request, assignment),
+                                  kind=SubmissionKind.PREVIEW)
     response.headers["Location"] = f"/v1/submissions/{created.id}"
     return created

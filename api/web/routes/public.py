@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 
 from api.store import crud
+from api.web.hosting import Hosted, HostedQuery
 from api.web.schemas import AssignmentPublic, Health, MutantPublic
 from grader.core.models import Audience
 from grader.core.scoring import shown_ids
@@ -13,19 +14,19 @@ from grader.core.variants import VariantKind
 router = APIRouter(tags=["public"])
 
 
-@router.get("/v1/assignment", response_model=AssignmentPublic)
-def assignment(request: Request) -> AssignmentPublic:
-    """The grading rules and the mutant table, hidden mutants hidden."""
-    state = request.app.state
-    variants = state.variants
+def _public(hosted: Hosted, *, default: bool) -> AssignmentPublic:
+    variants = hosted.variants
     names = shown_ids(variants, Audience.STUDENT)
     mutants = [v for v in variants if v.kind is VariantKind.MUTANT]
+    rules = hosted.rules
     return AssignmentPublic(
-        name=state.assignment.name,
-        threshold=state.assignment.threshold,
+        assignment=hosted.name,
+        default=default,
+        name=rules.name,
+        threshold=rules.threshold,
         required=[names[m.id] for m in mutants if m.spec.required],
-        allow_invalid_tests=state.assignment.allow_invalid_tests,
-        require_journal=state.assignment.require_journal,
+        allow_invalid_tests=rules.allow_invalid_tests,
+        require_journal=rules.require_journal,
         mutants=[
             MutantPublic(
                 id=names[m.id],
@@ -36,6 +37,21 @@ def assignment(request: Request) -> AssignmentPublic:
             for m in mutants
         ],
     )
+
+
+@router.get("/v1/assignment", response_model=AssignmentPublic,
+            responses={422: {"description": "an assignment this service does not host"}})
+def assignment(request: Request, hosted: HostedQuery) -> AssignmentPublic:
+    """An assignment's grading rules and mutant table, hidden mutants hidden (``?assignment=``
+    names it; the default one otherwise)."""
+    return _public(hosted, default=hosted.name == request.app.state.hosting.default.name)
+
+
+@router.get("/v1/assignments", response_model=list[AssignmentPublic])
+def assignments(request: Request) -> list[AssignmentPublic]:
+    """Every assignment this service hosts, the default first: what a submission may name."""
+    hosting = request.app.state.hosting
+    return [_public(hosted, default=hosted.name == hosting.default.name) for hosted in hosting.by_name.values()]
 
 
 @router.get("/healthz", response_model=Health)

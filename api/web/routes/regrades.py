@@ -109,7 +109,7 @@ def override(request: Request, session: SessionDep, user: StaffUser, submission_
              body: RegradeOverride) -> OverridePublic:
     """Set a submission's grade by hand, with a reason (staff); ``points: null`` clears it."""
     submission = owned_submission(session, submission_id, user)
-    possible = points_possible(request)
+    possible = points_possible(request, submission)
     try:
         regrades.override_grade(session, submission=submission, points=body.points, reason=body.reason,
                                 actor=user.name, points_possible=possible)
@@ -204,7 +204,7 @@ def override_form(
     try:
         submission = owned_submission(session, submission_id, user)
         regrades.override_grade(session, submission=submission, points=_points(points), reason=reason,
-                                actor=user.name, points_possible=points_possible(request))
+                                actor=user.name, points_possible=points_possible(request, submission))
     except HTTPException as exc:
         return _error(request, user, exc, back)
     except regrades.RegradeError as exc:

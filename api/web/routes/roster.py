@@ -18,6 +18,7 @@ import tempfile
 from io import StringIO
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -33,6 +34,7 @@ from api.store.roster import (
 )
 from api.web.csrf import FIELD
 from api.web.deps import SessionDep
+from api.web.hosting import Hosted, HostedQuery
 from api.web.forms import PAGE_HEADERS, PageUser, from_elsewhere, page, refused, to_login, token_refused
 from grader.core.roster import RosterError, read_roster
 from grader.core.states import Role
@@ -48,11 +50,12 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 Field = Annotated[str | None, Form()]
 
 
-def _roster(request: Request, session: Session, user: User, *, error: str | None = None,
+def _roster(request: Request, session: Session, user: User, hosted: Hosted, *, error: str | None = None,
             status_code: int = status.HTTP_200_OK) -> Response:
-    deadline = request.app.state.assignment.deadline
+    deadline = hosted.rules.deadline
     return page(request, "roster.html", {
-        "user": user, "students": list_roster(session), "error": error, "deadline": deadline,
+        "user": user, "hosted": hosted, "students": list_roster(session, assignment=hosted.name), "error": error,
+        "deadline": deadline,
         "zone": (deadline.timezone if deadline is not None else None) or "UTC", "max_reason": MAX_REASON,
     }, status_code)
 
@@ -73,14 +76,14 @@ def _not_staff(
 
 
 @router.get("/staff/roster", response_class=HTMLResponse)
-def roster_page(request: Request, session: SessionDep, user: PageUser) -> Response:
+def roster_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery) -> Response:
     if (refusal := _not_staff(request, user)) is not None:
         return refusal
-    return _roster(request, session, user)
+    return _roster(request, session, user, hosted)
 
 
 @router.post("/staff/roster/import", response_class=HTMLResponse)
-async def import_page(request: Request, session: SessionDep, user: PageUser) -> Response:
+async def import_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery) -> Response:
     """The import form: the uploaded export read as ``mutagrade admin roster import`` reads a
     file, then a page with the mail-merge file; a refusal is the roster page with the reason."""
     if (refusal := _not_staff(request, user, check_token=False)) is not None:  # before the body is read
@@ -98,24 +101,24 @@ async def import_page(request: Request, session: SessionDep, user: PageUser) -> 
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
                                 f"{name}: expected at most {MAX_ROSTER_BYTES} bytes, got more")
     except FormError as exc:  # no file, too large, and a body that is not such a form
-        return await run_in_threadpool(_roster, request, session, user, error=str(exc.detail),
+        return await run_in_threadpool(_roster, request, session, user, hosted, error=str(exc.detail),
                                        status_code=exc.status_code)
-    return await run_in_threadpool(_import, request, session, user, data, name)
+    return await run_in_threadpool(_import, request, session, user, hosted, data, name)
 
 
-def _import(request: Request, session: Session, user: User, data: bytes, name: str) -> Response:
+def _import(request: Request, session: Session, user: User, hosted: Hosted, data: bytes, name: str) -> Response:
     with tempfile.TemporaryDirectory(prefix="mutagrade-roster-") as folder:
         path = Path(folder) / "roster.csv"  # the uploaded name only in messages: never a path
         path.write_bytes(data)
         try:
             entries = read_roster(path)
         except RosterError as exc:  # named by the file's own name, not where it was kept
-            return _roster(request, session, user, error=str(exc).replace(str(path), name),
+            return _roster(request, session, user, hosted, error=str(exc).replace(str(path), name),
                            status_code=status.HTTP_400_BAD_REQUEST)
     try:
         result = import_roster(session, entries, actor=user.name)
     except RosterConflict as exc:
-        return _roster(request, session, user, error=f"{name}: {exc}", status_code=status.HTTP_409_CONFLICT)
+        return _roster(request, session, user, hosted, error=f"{name}: {exc}", status_code=status.HTTP_409_CONFLICT)
     text = StringIO()
     write_rows(text, MAIL_MERGE_HEADER, mail_merge_rows(result))
     return page(request, "roster_imported.html", {"user": user, "result": result, "csv_text": text.getvalue(),
@@ -147,36 +150,38 @@ async def tokens_file(request: Request, user: PageUser) -> Response:
 
 @router.post("/staff/roster/extension", response_class=HTMLResponse)
 def extension_form(
-    request: Request, session: SessionDep, user: PageUser, csrf: Field = None, login: Field = None,
-    due: Field = None, timezone: Field = None, reason: Field = None,
+    request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery, csrf: Field = None,
+    login: Field = None, due: Field = None, timezone: Field = None, reason: Field = None,
 ) -> Response:
-    """Grant a student an extension (replacing theirs): a local time and a zone, as staff write them."""
+    """Grant a student an extension for an assignment (replacing theirs): a local time and a
+    zone, as staff write them."""
     if (refusal := _not_staff(request, user, csrf)) is not None:
         return refusal
     try:
         moment = parse_due(due or "", timezone=timezone or None)
-        grant_extension(session, login=(login or "").strip(), due=moment, reason=(reason or "").strip(),
-                        actor=user.name)
+        grant_extension(session, login=(login or "").strip(), assignment=hosted.name, due=moment,
+                        reason=(reason or "").strip(), actor=user.name)
     except (LookupError, ValueError) as exc:
-        return _roster(request, session, user, error=f"extension: {exc}", status_code=status.HTTP_400_BAD_REQUEST)
-    return RedirectResponse("/staff/roster", status_code=status.HTTP_303_SEE_OTHER)
+        return _roster(request, session, user, hosted, error=f"extension: {exc}",
+                       status_code=status.HTTP_400_BAD_REQUEST)
+    return _back(hosted)
 
 
 @router.post("/staff/roster/extension/revoke", response_class=HTMLResponse)
-def revoke_form(request: Request, session: SessionDep, user: PageUser, csrf: Field = None,
+def revoke_form(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery, csrf: Field = None,
                 login: Field = None) -> Response:
-    """End a student's extension: the assignment's due date is theirs again."""
+    """End a student's extension for an assignment: its due date is theirs again."""
     if (refusal := _not_staff(request, user, csrf)) is not None:
         return refusal
     try:
-        revoke_extension(session, login=login or "", actor=user.name)
+        revoke_extension(session, login=login or "", assignment=hosted.name, actor=user.name)
     except LookupError as exc:
-        return _roster(request, session, user, error=str(exc), status_code=status.HTTP_400_BAD_REQUEST)
-    return RedirectResponse("/staff/roster", status_code=status.HTTP_303_SEE_OTHER)
+        return _roster(request, session, user, hosted, error=str(exc), status_code=status.HTTP_400_BAD_REQUEST)
+    return _back(hosted)
 
 
 @router.post("/staff/roster/remove", response_class=HTMLResponse)
-def remove_form(request: Request, session: SessionDep, user: PageUser, csrf: Field = None,
+def remove_form(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery, csrf: Field = None,
                 login: Field = None) -> Response:
     """Take a student off the roster: their token ends at once; their submissions stay."""
     if (refusal := _not_staff(request, user, csrf)) is not None:
@@ -184,5 +189,11 @@ def remove_form(request: Request, session: SessionDep, user: PageUser, csrf: Fie
     try:
         remove_student(session, login=login or "", actor=user.name)
     except (LookupError, RosterConflict) as exc:
-        return _roster(request, session, user, error=str(exc), status_code=status.HTTP_400_BAD_REQUEST)
-    return RedirectResponse("/staff/roster", status_code=status.HTTP_303_SEE_OTHER)
+        return _roster(request, session, user, hosted, error=str(exc), status_code=status.HTTP_400_BAD_REQUEST)
+    return _back(hosted)
+
+
+def _back(hosted: Hosted) -> Response:
+    """The roster page of the assignment the form was posted from."""
+    return RedirectResponse(f"/staff/roster?{urlencode({'assignment': hosted.name})}",
+                            status_code=status.HTTP_303_SEE_OTHER)

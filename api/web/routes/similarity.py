@@ -32,6 +32,7 @@ from api.web.course_cache import Computed, computed_cache
 from api.web.course_schemas import SimilarityAnswer
 from api.web.deps import SessionDep, StaffUser
 from api.web.forms import PageUser, page, staff_only
+from api.web.hosting import Hosted, HostedQuery
 from api.web.similarity_sides import marked_lines
 from grader.core.errors import GradingInputError
 from grader.core.similarity import SimilarPair, SimilarityResult, SkippedStudent, SuiteText
@@ -69,10 +70,11 @@ def _suite_of(student: str, upload: Upload, tests: PurePosixPath, limits: Archiv
     return suite
 
 
-def class_suites(request: Request, session: Session) -> ClassSuites:
-    """The suites of the class's graded submissions now, read unless the same ones are kept."""
-    records = {r.id: r for r in recorded_submissions(session, assignment=request.app.state.assignment)}
-    key = ("suites", frozenset(records))
+def class_suites(request: Request, session: Session, hosted: Hosted) -> ClassSuites:
+    """The suites of the class's graded submissions for one assignment now, read unless the
+    same ones are kept."""
+    records = {r.id: r for r in recorded_submissions(session, name=hosted.name, assignment=hosted.rules)}
+    key = ("suites", hosted.name, frozenset(records))
 
     def compute() -> ClassSuites:
         limits = archive_limits(request.app.state.settings)
@@ -80,7 +82,7 @@ def class_suites(request: Request, session: Session) -> ClassSuites:
         skipped: list[SkippedStudent] = []
         for submission_id, name, data in stored_archives(session, records):
             read = _suite_of(records[submission_id].student, Upload(name=name, data=data),
-                             request.app.state.layout.student_tests, limits)
+                             hosted.layout.student_tests, limits)
             (suites if isinstance(read, SuiteText) else skipped).append(read)
         return ClassSuites(suites=sorted(suites, key=lambda s: s.student),
                            skipped=sorted(skipped, key=lambda s: s.student),
@@ -89,19 +91,19 @@ def class_suites(request: Request, session: Session) -> ClassSuites:
     return computed_cache(request.app).get(key, compute).value
 
 
-def class_similarity(request: Request, session: Session, *, threshold: float) -> tuple[Computed[SimilarityResult],
-                                                                                       ClassSuites]:
+def class_similarity(request: Request, session: Session, hosted: Hosted, *,
+                     threshold: float) -> tuple[Computed[SimilarityResult], ClassSuites]:
     """The pairs of the class's suites at or above ``threshold``, and the suites compared.
 
     Every threshold from :data:`COMPARED_FROM` up is read from one comparison (the pairs at or
     above it, kept), so that trying another threshold on the page costs nothing: what a
     comparison costs is comparing every pair, whatever the threshold.
     """
-    suites = class_suites(request, session)
+    suites = class_suites(request, session, hosted)
     floor = min(threshold, COMPARED_FROM)
 
     def compute() -> SimilarityResult:
-        return compare_suites(suites.suites, boilerplate=course_boilerplate(request.app.state.layout),
+        return compare_suites(suites.suites, boilerplate=course_boilerplate(hosted.layout),
                               threshold=floor, skipped=suites.skipped)
 
     computed = computed_cache(request.app).get(("similarity", suites.key, floor), compute)
@@ -112,24 +114,24 @@ def class_similarity(request: Request, session: Session, *, threshold: float) ->
     return Computed(value=result, at=computed.at), suites
 
 
-def pair_link(pair: SimilarPair) -> str:
-    """The address of a pair's side-by-side page: the logins as query values, so that any
-    login (one holding ``/``, or ``..``) reaches the page as it is."""
-    return f"/staff/similarity/pair?{urlencode({'a': pair.a, 'b': pair.b})}"
+def pair_link(pair: SimilarPair, assignment: str) -> str:
+    """The address of a pair's side-by-side page for ``assignment``: the logins as query
+    values, so that any login (one holding ``/``, or ``..``) reaches the page as it is."""
+    return f"/staff/similarity/pair?{urlencode({'a': pair.a, 'b': pair.b, 'assignment': assignment})}"
 
 
 @router.get("/v1/similarity.json", response_model=SimilarityAnswer,
             responses={401: {"description": "missing token"}, 403: {"description": "staff only"}})
 def similarity_json(
-    request: Request, session: SessionDep, user: StaffUser,
+    request: Request, session: SessionDep, user: StaffUser, hosted: HostedQuery,
     threshold: Annotated[float, Query(ge=0.0, le=1.0, description="the least similarity of a pair listed")]
     = DEFAULT_THRESHOLD,
 ) -> SimilarityAnswer:
     """Every pair of the class's suites at least ``threshold`` alike (the larger share of either
     suite found in the other), most similar first, with the regions matched on each side."""
-    computed, suites = class_similarity(request, session, threshold=threshold)
+    computed, suites = class_similarity(request, session, hosted, threshold=threshold)
     return SimilarityAnswer(computed_at=computed.at, submissions=suites.submissions, result=computed.value,
-                            links=[pair_link(p) for p in computed.value.pairs])
+                            links=[pair_link(p, hosted.name) for p in computed.value.pairs])
 
 
 def _threshold(sent: str | None) -> float | None:
@@ -144,19 +146,20 @@ def _threshold(sent: str | None) -> float | None:
 
 
 @router.get("/staff/similarity", response_class=HTMLResponse, include_in_schema=False)
-def similarity_page(request: Request, session: SessionDep, user: PageUser, threshold: str | None = None) -> Response:
+def similarity_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery,
+                    threshold: str | None = None) -> Response:
     if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
     value = _threshold(threshold)
-    context = {"user": user, "percent": percent, "threshold": threshold or DEFAULT_THRESHOLD}
+    context = {"user": user, "hosted": hosted, "percent": percent, "threshold": threshold or DEFAULT_THRESHOLD}
     if value is None:
         return page(request, "similarity.html", {**context, "error": BAD_THRESHOLD.format(threshold)},
                     status.HTTP_422_UNPROCESSABLE_CONTENT)
-    computed, suites = class_similarity(request, session, threshold=value)
+    computed, suites = class_similarity(request, session, hosted, threshold=value)
     result = computed.value
     return page(request, "similarity.html", {
         **context, "threshold": value, "result": result, "computed_at": computed.at, "error": None,
-        "rows": [(p, pair_link(p)) for p in result.pairs],
+        "rows": [(p, pair_link(p, hosted.name)) for p in result.pairs],
     })
 
 
@@ -169,11 +172,12 @@ def _no_suite(request: Request, user: User, names: list[str]) -> Response:
 
 
 @router.get("/staff/similarity/pair", response_class=HTMLResponse, include_in_schema=False)
-def pair_page(request: Request, session: SessionDep, user: PageUser, a: str = "", b: str = "") -> Response:
+def pair_page(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery, a: str = "",
+              b: str = "") -> Response:
     """Two students' suites side by side, what each holds of the other marked."""
     if (refusal := staff_only(request, user, STAFF_ONLY)) is not None:
         return refusal
-    suites = class_suites(request, session)
+    suites = class_suites(request, session, hosted)
     texts = {s.student: s for s in suites.suites}
     missing = [name for name in dict.fromkeys((a, b)) if name not in texts]
     if missing:
@@ -186,7 +190,7 @@ def pair_page(request: Request, session: SessionDep, user: PageUser, a: str = ""
 
     def compute() -> SimilarPair | None:
         found = compare_suites([texts[first], texts[second]], threshold=0.0,
-                               boilerplate=course_boilerplate(request.app.state.layout))
+                               boilerplate=course_boilerplate(hosted.layout))
         return found.pairs[0] if found.pairs else None
 
     computed = computed_cache(request.app).get(("pair", suites.key, first, second), compute)
@@ -194,7 +198,8 @@ def pair_page(request: Request, session: SessionDep, user: PageUser, a: str = ""
     sides = [(name, texts[name], (pair.regions_a if name == first else pair.regions_b) if pair else [])
              for name in (first, second)]
     return page(request, "similarity_pair.html", {
-        "user": user, "percent": percent, "pair": pair, "a": first, "b": second, "computed_at": computed.at,
+        "user": user, "hosted": hosted, "percent": percent, "pair": pair, "a": first, "b": second,
+        "computed_at": computed.at,
         "submissions": suites.submissions,
         "sides": [{"student": name, "regions": regions, "lines": marked_lines(suite, regions)}
                   for name, suite, regions in sides],

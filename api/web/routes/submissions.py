@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Query, Request, Response, UploadFile, status
+from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile, status
 
 from api.store import crud
 from api.web.deps import CurrentUser, RowId, SessionDep, StaffUser
-from api.web.schemas import ID_MAX, SubmissionCreated, SubmissionPublic
+from api.web.hosting import hosted_by_name, of_submission
+from api.web.schemas import ASSIGNMENT_NAME, ID_MAX, SubmissionCreated, SubmissionPublic
 from grader.core.states import JobStatus, Role
 from api.web.submitting import accept_upload, start_regrade
 from api.web.views import done_report, owned_submission, public
@@ -24,6 +25,11 @@ _ERRORS = {
 
 
 _ANY_STATUS = f"^({'|'.join(JobStatus)})$"  # a filter by status: one of the states, as a pattern
+# The upload's assignment field (the previews' too): the REST client and the student command send it.
+AssignmentField = Annotated[str | None, Form(
+    max_length=100, pattern=ASSIGNMENT_NAME,
+    description="the assignment it is for: its name, as GET /v1/assignments lists them (default: the service's default)",
+)]
 
 @router.post(
     "",
@@ -31,7 +37,7 @@ _ANY_STATUS = f"^({'|'.join(JobStatus)})$"  # a filter by status: one of the sta
     response_model=SubmissionCreated,
     responses={**_ERRORS, 403: {"description": "late, where the assignment refuses late work (nothing stored)"},
                413: {"description": "too large"}, 415: {"description": "not an archive"},
-               422: {"description": "a member breaks a rule"},
+               422: {"description": "a member breaks a rule, or an assignment this service does not host"},
                429: {"description": "too many submissions in the window, or in flight at once"}},
 )
 async def create_submission(
@@ -40,10 +46,11 @@ async def create_submission(
     session: SessionDep,
     user: CurrentUser,
     archive: Annotated[UploadFile, File(description="a .tar.gz or .zip of your tests (and .tdd/)")],
+    assignment: AssignmentField = None,
 ) -> SubmissionCreated:
-    """Upload a submission; it is checked now, stamped with its time against your due date,
-    stored, and graded in the background."""
-    created = await accept_upload(request, session, user, archive)
+    """Upload a submission for an assignment; it is checked now, stamped with its time against
+    your due date, stored, and graded in the background."""
+    created = await accept_upload(request, session, user, archive, hosted=hosted_by_name(request, assignment))
     response.headers["Location"] = f"/v1/submissions/{created.id}"
     return created
 
@@ -58,13 +65,16 @@ def list_submissions(
         str | None, Query(max_length=100, pattern="^[^\\x00]*$", description="staff: only this student's")
     ] = None,
     status_: Annotated[str | None, Query(alias="status", pattern=_ANY_STATUS)] = None,
+    assignment: Annotated[str | None, Query(max_length=100, pattern=ASSIGNMENT_NAME,
+                                            description="only those made for this assignment")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
 ) -> list[SubmissionPublic]:
     """A student's own submissions; staff see everyone's, with filters."""
     own = None if user.role == Role.STAFF else user
     rows = crud.list_submissions(
-        session, user=own, student=student if own is None else None, status=status_, limit=limit, offset=offset
+        session, user=own, student=student if own is None else None, status=status_, assignment=assignment,
+        limit=limit, offset=offset,
     )
     return [public(request, s, user, with_report=False) for s in rows]
 
@@ -96,10 +106,11 @@ def report_junit(request: Request, session: SessionDep, user: CurrentUser, submi
 
 @router.get("/{submission_id}/report.gradescope.json", responses={**_ERRORS, 409: {"description": "not graded yet"}})
 def report_gradescope(request: Request, session: SessionDep, user: CurrentUser, submission_id: RowId) -> Response:
-    report = done_report(request, owned_submission(session, submission_id, user), user)
-    # Scored as the assignment says; hidden mutants are never revealed here: this document is
+    submission = owned_submission(session, submission_id, user)
+    report = done_report(request, submission, user)
+    # Scored as its assignment says; hidden mutants are never revealed here: this document is
     # the reader's to download, not Gradescope's to hold until the due date.
-    options = gradescope_options(request.app.state.assignment)
+    options = gradescope_options(of_submission(request, submission).rules)
     return Response(render_gradescope(report, options), media_type="application/json")
 
 
