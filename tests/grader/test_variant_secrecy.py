@@ -1,6 +1,8 @@
 """A run learns its own variant's behaviour and nothing else: no other variant's source, and no
 hidden mutant's title, is in its memory or in the memory of the worker that forked it, even
-with the policy check off (a test may then read any memory the kernel lets it read).
+with the policy check off (a test may then read any memory the kernel lets it read). The scan
+runs over every assignment (the GRU's and the LSTM's), each with its own variants' needles; the
+report and file checks below grade the default one's (the GRU's).
 
 Needles are held as (prefix, length, sha256): neither the scanning test nor this module
 keeps another variant's distinctive line whole, so the scan cannot find itself.
@@ -11,19 +13,24 @@ from __future__ import annotations
 import hashlib
 import os
 import py_compile
+import signal
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from grader.core.models import WorkerRun
-from grader.core.paths import default_layout
+from grader.core.paths import default_layout, layout_for
+from grader.core.variants import Variant, VariantKind, build_variants
 from grader.run.runner import WorkerProcess
 from tests.limits import unbudgeted
-from grader.core.variants import VariantKind, build_variants
 
 LAYOUT = default_layout()
 VARIANTS = build_variants(LAYOUT)
+ASSIGNMENTS = ("l3-3-gru", "l3-2-lstm")
+LAYOUTS = {name: LAYOUT if name == LAYOUT.assignment_name else layout_for(LAYOUT.root, name) for name in ASSIGNMENTS}
+VARIANTS_OF = {name: VARIANTS if LAYOUTS[name] is LAYOUT else build_variants(LAYOUTS[name]) for name in ASSIGNMENTS}
 PREFIX = 10
 
 # The scanner, as source: the student's test runs it on its own process and on the worker, and
@@ -84,47 +91,97 @@ exec(SCANNER, _scanner)  # noqa: S102 - this module's own code, shared with the 
 scan = _scanner["scan"]
 
 
-def _needle(text: str) -> tuple[bytes, int, str]:
-    data = text.encode()
-    return data[:PREFIX], len(data), hashlib.sha256(data).hexdigest()
+def _needle(text: str) -> list[tuple[bytes, int, str]]:
+    """The entries of ``text``: its UTF-8 bytes (in a file, or read from one), and, unless it is
+    ASCII (stored as those same bytes), its bytes as a Python ``str`` holds them (one, two or
+    four bytes a character, by its widest): a non-ASCII line or title (the LSTM's ``σ``, ``ᵀ``)
+    may be in memory in either form."""
+    forms = [text.encode()]
+    if not text.isascii():
+        widest = max(map(ord, text))
+        forms.append(text.encode("latin-1" if widest < 0x100 else "utf-16-le" if widest < 0x10000 else "utf-32-le"))
+    return [(data[:PREFIX], len(data), hashlib.sha256(data).hexdigest()) for data in forms]
 
 
-def _needles() -> dict[str, list[tuple[bytes, int, str]]]:
-    """Variant id -> its distinctive lines (in no other variant); hidden titles as "title:ID"."""
-    lines = {v.id: {ln.strip() for ln in v.source.splitlines() if len(ln.strip()) >= 16} for v in VARIANTS}
+def _needles(variants: list[Variant]) -> dict[str, list[tuple[bytes, int, str]]]:
+    """Variant id -> its distinctive lines (in no other variant, not even inside a longer line:
+    the LSTM's s14 line ``s = x @ w_ih.T + b_ih + h @ w_hh.T`` begins the reference's); hidden
+    titles as "title:ID"."""
+    lines = {v.id: {ln.strip() for ln in v.source.splitlines() if len(ln.strip()) >= 16} for v in variants}
     needles: dict[str, list[tuple[bytes, int, str]]] = {}
-    for variant in VARIANTS:
-        others = set().union(*(lines[o.id] for o in VARIANTS if o.id != variant.id))
-        own = sorted(lines[variant.id] - others)
+    for variant in variants:
+        others = [o for o in variants if o.id != variant.id]
+        own = sorted(line for line in lines[variant.id] - set().union(*(lines[o.id] for o in others))
+                     if not any(line in o.source for o in others))
         if own:
-            needles[variant.id] = [_needle(line) for line in own]
+            needles[variant.id] = [entry for line in own for entry in _needle(line)]
         if variant.kind is VariantKind.MUTANT and variant.spec.hidden:
-            needles[f"title:{variant.id}"] = [_needle(variant.spec.title)]
+            needles[f"title:{variant.id}"] = _needle(variant.spec.title)
     return needles
 
 
-NEEDLES = _needles()
+NEEDLES_OF = {name: _needles(VARIANTS_OF[name]) for name in ASSIGNMENTS}
+NEEDLES = NEEDLES_OF[LAYOUT.assignment_name]
 
 
-def test_the_needles_are_many_and_the_hidden_titles_among_them():
-    assert sum(1 for name in NEEDLES if not name.startswith("title:")) >= 12
-    assert {name for name in NEEDLES if name.startswith("title:")} == {
-        f"title:{v.id}" for v in VARIANTS if v.kind is VariantKind.MUTANT and v.spec.hidden
+def test_the_scan_covers_the_gru_and_the_lstm():
+    assert LAYOUT.assignment_name == "l3-3-gru"
+    assert {name: LAYOUTS[name].module_under_test for name in ASSIGNMENTS} == {
+        "l3-3-gru": "tinyllm.rnn.gru", "l3-2-lstm": "tinyllm.rnn.lstm"
     }
 
 
-def test_the_scanner_finds_what_is_there():
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_needles_are_many_and_the_hidden_titles_among_them(assignment):
+    needles, variants = NEEDLES_OF[assignment], VARIANTS_OF[assignment]
+    assert sum(1 for name in needles if not name.startswith("title:")) >= 12
+    assert {name for name in needles if name.startswith("title:")} == {
+        f"title:{v.id}" for v in variants if v.kind is VariantKind.MUTANT and v.spec.hidden
+    }
+    assert {name for name in needles if name.startswith("title:")}, "no hidden mutant to keep secret"
+    # The scan below holds a hidden mutant's own lines among its needles, not only its title.
+    assert WAITING[assignment].chosen[-1] in needles
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_scanner_finds_what_is_there(assignment):
     # This process built every variant: each one's lines are in its memory.
-    found = scan(os.getpid(), NEEDLES)
-    assert found == set(NEEDLES)
+    found = scan(os.getpid(), NEEDLES_OF[assignment])
+    assert found == set(NEEDLES_OF[assignment])
 
 
-def _waiting_suite(folder: Path) -> Path:
-    """A suite whose one test uses the GRU, then waits while this module scans the processes."""
+class Waiting(NamedTuple):
+    """What the scan runs per assignment: the variants, and the import and the call of the
+    module under test that its one test makes before it waits."""
+
+    chosen: tuple[str, ...]
+    imports: str
+    call: str
+
+
+# The last variant chosen is a hidden mutant.
+WAITING = {
+    "l3-3-gru": Waiting(("reference", "w01", "s02", "s04"), "from tinyllm.rnn.gru import GRU",
+                        "GRU(2, 3)(np.ones((2, 1, 2)))"),
+    "l3-2-lstm": Waiting(("reference", "w01", "s02", "s13"), "from tinyllm.rnn.lstm import LSTM, lstm_cell",
+                         "LSTM(2, 3)(np.ones((2, 1, 2)))\n"
+                         "    lstm_cell(np.ones((1, 2)), np.ones((1, 3)), np.ones((1, 3)), np.ones((12, 2)),"
+                         " np.ones((12, 3)), np.zeros(12), np.zeros(12))"),
+}
+
+
+def _waiting_suite(folder: Path, assignment: str) -> Path:
+    """A suite whose one test uses the module under test, then waits while this module scans
+    the processes: until this module sends it SIGUSR1 once it has scanned them all (a scan of a
+    process takes seconds, a few more on a loaded machine), or 45 seconds at most."""
+    waiting = WAITING[assignment]
     folder.mkdir()
     (folder / "test_wait.py").write_text(
-        "import time\n\nimport numpy as np\nfrom tinyllm.rnn.gru import GRU\n\n\n"
-        "def test_wait():\n    GRU(2, 3)(np.ones((2, 1, 2)))\n    time.sleep(15)\n"
+        f"import signal\nimport time\n\nimport numpy as np\n{waiting.imports}\n\n"
+        "_TOLD = []\nsignal.signal(signal.SIGUSR1, lambda *_: _TOLD.append(True))\n\n\n"
+        f"def test_wait():\n    {waiting.call}\n"
+        "    deadline = time.monotonic() + 45\n"
+        "    while not _TOLD and time.monotonic() < deadline:\n        time.sleep(0.05)\n"
     )
     return folder
 
@@ -193,11 +250,14 @@ def _runs_processes(worker: int) -> tuple[list[int], list[int]]:
 
 
 @pytest.mark.parametrize("sandbox", ["auto"])
-def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(tmp_path, sandbox):
-    chosen = [v for v in VARIANTS if v.id in ("reference", "w01", "s02", "s04")]
-    tests = _waiting_suite(tmp_path / "tests")
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(tmp_path, assignment, sandbox):
+    layout, needles = LAYOUTS[assignment], NEEDLES_OF[assignment]
+    chosen = [v for v in VARIANTS_OF[assignment] if v.id in WAITING[assignment].chosen]
+    assert [v.id for v in chosen] == list(WAITING[assignment].chosen)
+    tests = _waiting_suite(tmp_path / "tests", assignment)
     limits = unbudgeted(sandbox=sandbox, test_timeout_s=60.0, run_timeout_s=120.0, jobs=len(chosen))
-    worker = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=limits, hide_source=True)
+    worker = WorkerProcess(layout=layout, tests_dir=tests, hash_seed=1, limits=limits, hide_source=True)
     try:
         for variant in chosen:
             worker.submit(WorkerRun(variant=variant.id, source=variant.source))
@@ -208,17 +268,19 @@ def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(
             if len(test_processes) == len(implementations) == len(chosen):
                 break
             time.sleep(0.1)
-        time.sleep(1.0)  # every test process is in its test by now, having called the GRU
-        found_in_tests = [scan(p, NEEDLES) for p in test_processes]
-        found_in_implementations = [scan(p, NEEDLES) for p in implementations]
+        time.sleep(1.0)  # every test process is in its test by now, having called the module
+        found_in_tests = [scan(p, needles) for p in test_processes]
+        found_in_implementations = [scan(p, needles) for p in implementations]
+        for test_process in test_processes:  # scanned: their tests may end
+            os.kill(test_process, signal.SIGUSR1)
         results = worker.collect(len(chosen), timeout=120)
-        found_in_worker = scan(pid, NEEDLES)
+        found_in_worker = scan(pid, needles)
     finally:
         worker.close()
     assert len(found_in_tests) == len(found_in_implementations) == len(chosen)
     assert found_in_tests == [set()] * len(chosen), f"test processes hold {found_in_tests}"
     assert all(len(found) <= 1 for found in found_in_implementations), found_in_implementations
-    expected = {v.id for v in chosen if v.id in NEEDLES}
+    expected = {v.id for v in chosen if v.id in needles}
     assert set().union(*found_in_implementations) == expected
     assert found_in_worker == set(), f"the worker holds {sorted(found_in_worker)}"
     assert {r.variant: [t.outcome.value for t in r.results] for r in results} == {v.id: ["passed"] for v in chosen}
@@ -272,7 +334,8 @@ def _source_lines() -> dict[str, list[tuple[bytes, int, str]]]:
 
     shown = {line.strip() for line in Path(standin.__file__).read_text().splitlines()}
     return {
-        f"source:{v.id}": [_needle(line.strip()) for line in v.source.splitlines()
+        # A report is searched as UTF-8 text: each line's UTF-8 form, its first entry, is enough.
+        f"source:{v.id}": [_needle(line.strip())[0] for line in v.source.splitlines()
                            if len(line.strip()) >= 24 and line.strip() not in shown]
         for v in VARIANTS
     }
