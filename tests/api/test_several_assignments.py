@@ -81,7 +81,11 @@ def test_each_submission_is_graded_for_its_own_module_and_counted_in_its_gradebo
     assert gru["report"]["score"]["killed"] == gru["report"]["score"]["total"] == 12
     [lstm] = ada.get("/v1/submissions", params={"assignment": LSTM}).json()
     assert lstm["assignment"] == LSTM and lstm["passed"] is True
-    assert ada.get(f"/v1/submissions/{lstm['id']}").json()["report"]["score"]["total"] == 15
+    shown = ada.get(f"/v1/submissions/{lstm['id']}").json()["report"]
+    assert shown["score"]["total"] == 15
+    # The student reads it with the LSTM's hidden mutants hidden (not the default module's).
+    assert {"hidden mutant 1", "hidden mutant 3"} <= set(shown["variants"])
+    assert not {"s08", "s13", "s14"} & set(shown["variants"]) and "s04" in shown["variants"]
     # Each module's gradebook holds only the submissions made for it.
     assert gradebook(prof, LSTM)["ada"]["record_id"] == str(lstm["id"])
     assert gradebook(prof)["ada"]["record_id"] == str(gru["id"]) == gradebook(prof, GRU)["ada"]["record_id"]
