@@ -1,4 +1,6 @@
-"""Hostile suites that tell variants apart by anything but the GRU's outputs: each must kill nothing."""
+"""Hostile suites that tell variants apart by anything but the module's outputs: each must kill
+nothing. Every attack runs against each assignment of the course, the GRU's and the LSTM's; what
+a suite writes differently for each (the module, its file, the calls it makes) is in TARGETS."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import py_compile
 import re
 import sys
 import types
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pytest
@@ -15,14 +19,119 @@ import pytest
 from grader.core.assignment import Assignment, Limits
 from grader.flows.grading import grade_suite
 from grader.core.models import Report
-from grader.core.paths import default_layout
-from grader.core.variants import VariantKind, build_variants
+from grader.core.paths import Layout, default_layout, layout_for
+from grader.core.variants import Variant, VariantKind, build_variants
 
 LAYOUT = default_layout()
+ASSIGNMENTS = ("l3-3-gru", "l3-2-lstm")
 # allow_invalid_tests: several suites fail a test on purpose, and what the others kill still counts.
 FAST = Assignment(name="test", threshold=0.70, allow_invalid_tests=True,
                   limits=Limits(test_timeout_s=5.0, run_timeout_s=60.0))
-GRU_FILE = "tinyllm/rnn/gru.py"  # the one file name every variant is compiled under
+
+# Suite text names the module under test by these tokens; Target.render fills them in.
+TOKENS = re.compile(r"@(MODULE|FILE|LAYER|CELL|REFUSED|BRITTLE)@")
+
+
+@dataclass(frozen=True)
+class Target:
+    """An assignment, and what a suite of it writes that depends on its module."""
+
+    assignment: str
+    layer: str  # the sequence module's class
+    cell: str  # the one-step function
+    refused: tuple[str, ...]  # calls of ``module`` that every correct implementation refuses
+    hand: str  # the control: a test of the cell's outputs on weights worked out by hand
+    hand_kills: frozenset[str]  # mutants the control kills, at least
+    brittle: str  # test_a_brittle: passes on the reference, fails on brittle_wheat
+    brittle_wheat: str
+
+    @cached_property
+    def layout(self) -> Layout:
+        return LAYOUT if self.assignment == LAYOUT.assignment_name else layout_for(LAYOUT.root, self.assignment)
+
+    @property
+    def module(self) -> str:
+        return self.layout.module_under_test
+
+    @property
+    def file(self) -> str:
+        """The one file name every variant is compiled under."""
+        return self.layout.module_file
+
+    def render(self, text: str) -> str:
+        text = text.replace("@BRITTLE@", self.brittle)
+        refused = "".join(f"        lambda: {call},\n" for call in self.refused)
+        for token, value in (("@MODULE@", self.module), ("@FILE@", self.file), ("@LAYER@", self.layer),
+                             ("@CELL@", self.cell), ("@REFUSED@\n", refused)):
+            text = text.replace(token, value)
+        assert not TOKENS.search(text), f"a token left in a suite: {TOKENS.search(text)}"
+        return text
+
+
+TARGETS = {target.assignment: target for target in (
+    Target(
+        assignment="l3-3-gru", layer="GRU", cell="gru_cell",
+        refused=(
+            "module.GRU(0, 3)",
+            "module.gru_cell(np.ones((1, 1)), np.ones((1, 1)), np.ones((2, 1)), np.ones((3, 1)), np.ones(3), np.ones(3))",
+            "module.GRU(1, 1)(np.ones((2, 1, 1)), lengths=[9])",
+        ),
+        hand='''
+def test_hand():
+    weights = ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])
+    w = [Tensor(a, dtype=np.float64) for a in weights]
+    h = gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64), *w)
+    assert np.allclose(h.data, [[0.25 * np.tanh(0.75) + 0.375]])
+''',
+        hand_kills=frozenset({"s01", "s02", "s03", "s05"}),
+        # w03 words its errors its own way.
+        brittle='''
+def test_a_brittle():
+    with pytest.raises(ValueError, match="must be a positive int"):
+        GRU(0, 3)
+''',
+        brittle_wheat="w03",
+    ),
+    Target(
+        assignment="l3-2-lstm", layer="LSTM", cell="lstm_cell",
+        refused=(
+            "module.LSTM(0, 3)",
+            "module.lstm_cell(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), np.ones((3, 1)), np.ones((4, 1)), "
+            "np.ones(4), np.ones(4))",
+            "module.LSTM(1, 1)(np.ones((2, 1, 1)), lengths=[9])",
+            # No LSTM mutant moves a line, so the frames of the calls above are the reference's in
+            # every one: this call is refused at h0's check, and where the pair is read as
+            # (c0, h0) (s15), at c0's.
+            "module.LSTM(1, 1)(np.ones((2, 1, 1)), state=(np.ones((2, 1, 1)), np.ones((1, 1, 1))))",
+        ),
+        # i = 0.5, f = 0.75, g = tanh(0.75), o = 0.8 from x = 1, h = 0.5, c = 0.4.
+        hand='''
+def test_hand():
+    weights = ([[0.0]] * 4, [[0.0], [0.0], [1.0], [0.0]], [0, math.log(3), 0, math.log(4)], [0, 0, 0.25, 0])
+    w = [Tensor(a, dtype=np.float64) for a in weights]
+    h, c = lstm_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64),
+                     Tensor([[0.4]], dtype=np.float64), *w)
+    cell = 0.3 + 0.5 * np.tanh(0.75)
+    assert np.allclose(c.data, [[cell]]) and np.allclose(h.data, [[0.8 * np.tanh(cell)]])
+''',
+        hand_kills=frozenset({"s01", "s02", "s03", "s05", "s06", "s07", "s14"}),
+        # w04 squashes the cell by 2σ(2c) − 1, which is 0 for a cell of 1e-20: so is its state.
+        brittle='''
+def test_a_brittle():
+    zeros = [Tensor(np.zeros(shape), dtype=np.float64) for shape in ((1, 1), (1, 1), (1, 1), (4, 1), (4, 1))]
+    h, c = lstm_cell(*zeros, Tensor([0.0, 0.0, 2e-20, 0.0], dtype=np.float64), Tensor(np.zeros(4), dtype=np.float64))
+    assert h.data[0, 0] == 0.5 * np.tanh(c.data[0, 0]) > 0.0
+''',
+        brittle_wheat="w04",
+    ),
+)}
+
+
+@pytest.fixture(scope="module", params=ASSIGNMENTS)
+def target(request) -> Target:
+    """Each test runs once per assignment."""
+    return TARGETS[request.param]
+
 
 HEADER = '''
 import math
@@ -34,15 +143,7 @@ import time
 import numpy as np
 import pytest
 from tinyllm.autograd.tensor import Tensor
-from tinyllm.rnn.gru import GRU, gru_cell
-'''
-
-HAND = '''
-def test_hand():
-    weights = ([[0.0]] * 3, [[0.0], [0.0], [1.0]], [0, math.log(3), 0], [0, 0, 1.0])
-    w = [Tensor(a, dtype=np.float64) for a in weights]
-    h = gru_cell(Tensor([[1.0]], dtype=np.float64), Tensor([[0.5]], dtype=np.float64), *w)
-    assert np.allclose(h.data, [[0.25 * np.tanh(0.75) + 0.375]])
+from @MODULE@ import @LAYER@, @CELL@
 '''
 
 # What a suite can fingerprint in its own process, as functions of the module under test. The
@@ -78,7 +179,7 @@ def source_lines(module):
 
 
 def source_by_format(module):
-    lines = "{0.__globals__[sys].modules[linecache].cache[tinyllm/rnn/gru.py][2]}"
+    lines = "{0.__globals__[sys].modules[linecache].cache[@FILE@][2]}"
     return _digest(lines.format(pytest.raises))
 
 
@@ -99,7 +200,7 @@ def bytecode(module):
 
 
 def bytecode_by_format(module):
-    code = "{0.__globals__[sys].modules[tinyllm.rnn.gru].gru_cell.__code__.co_code}"
+    code = "{0.__globals__[sys].modules[@MODULE@].@CELL@.__code__.co_code}"
     return _digest(code.format(pytest.raises))
 
 
@@ -108,12 +209,9 @@ def metadata(module):
 
 
 def _tracebacks(module):
-    """The tracebacks of three calls that every correct implementation refuses."""
+    """The tracebacks of calls that every correct implementation refuses."""
     calls = (
-        lambda: module.GRU(0, 3),
-        lambda: module.gru_cell(np.ones((1, 1)), np.ones((1, 1)), np.ones((2, 1)), np.ones((3, 1)),
-                                np.ones(3), np.ones(3)),
-        lambda: module.GRU(1, 1)(np.ones((2, 1, 1)), lengths=[9]),
+@REFUSED@
     )
     found = []
     for call in calls:
@@ -156,15 +254,20 @@ def traceback_text(module):
 
 
 # ------------------------------------------------------------------------------ helpers
-def _suite(folder: Path, files: dict[str, str]) -> Path:
+def _suite(folder: Path, files: dict[str, str], target: Target) -> Path:
     folder.mkdir(parents=True)
     for name, text in files.items():
-        (folder / name).write_text(text)
+        (folder / name).write_text(target.render(text))
     return folder
 
 
-def _grade(folder: Path) -> Report:
-    return grade_suite(folder, layout=LAYOUT, assignment=FAST, policy=False, audience="staff")
+def _grade(folder: Path, target: Target) -> Report:
+    return grade_suite(folder, layout=target.layout, assignment=FAST, policy=False, audience="staff")
+
+
+def _grade_probe(folder: Path, text: str, target: Target) -> Report:
+    """A suite of one file, test_probe.py, graded."""
+    return _grade(_suite(folder, {"test_probe.py": text}, target), target)
 
 
 def _told_apart(report: Report) -> str:
@@ -185,42 +288,59 @@ def _assert_kills_nothing(report: Report) -> None:
 
 
 @contextlib.contextmanager
-def _installed(source: str):
-    """``source`` as the module ``tinyllm.rnn.gru``, its text in linecache, as a run installs it
-    (for the length of the block; what was there before is put back)."""
-    module = types.ModuleType("tinyllm.rnn.gru")
-    module.__file__ = GRU_FILE
-    module.__package__ = "tinyllm.rnn"
-    saved_module, saved_lines = sys.modules.get("tinyllm.rnn.gru"), linecache.cache.get(GRU_FILE)
-    linecache.cache[GRU_FILE] = (len(source), None, source.splitlines(True), GRU_FILE)
-    sys.modules["tinyllm.rnn.gru"] = module
+def _installed(target: Target, source: str):
+    """``source`` as the module under test (``tinyllm.rnn.gru``, ``tinyllm.rnn.lstm``), its text
+    in linecache, as a run installs it (for the length of the block; what was there before is
+    put back)."""
+    name, filename = target.module, target.file
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    module.__package__ = name.rpartition(".")[0]
+    saved_module, saved_lines = sys.modules.get(name), linecache.cache.get(filename)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    sys.modules[name] = module
     try:
-        exec(compile(source, GRU_FILE, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
         yield module
     finally:
         if saved_module is not None:
-            sys.modules["tinyllm.rnn.gru"] = saved_module
-        if saved_lines is not None:
-            linecache.cache[GRU_FILE] = saved_lines
+            sys.modules[name] = saved_module
         else:
-            linecache.cache.pop(GRU_FILE, None)
+            sys.modules.pop(name, None)
+        if saved_lines is not None:
+            linecache.cache[filename] = saved_lines
+        else:
+            linecache.cache.pop(filename, None)
 
 
 @pytest.fixture(scope="module")
-def correct_fingerprints() -> dict[str, set[str]]:
-    """Each fingerprint of :data:`FINGERPRINTS`, over the reference and every wheat."""
+def variant_fingerprints(target) -> list[tuple[Variant, dict[str, str]]]:
+    """Each variant, and each fingerprint of :data:`FINGERPRINTS` of it, in this process."""
     import numpy as np
 
     namespace: dict[str, object] = {"np": np, "pytest": pytest}
-    exec(FINGERPRINTS, namespace)  # noqa: S102
+    exec(target.render(FINGERPRINTS), namespace)  # noqa: S102
     names = [n for n, v in namespace.items() if isinstance(v, types.FunctionType) and not n.startswith("_")]
-    found: dict[str, set[str]] = {name: set() for name in names}
-    for variant in build_variants(LAYOUT):
-        if variant.kind is VariantKind.MUTANT:
-            continue
-        with _installed(variant.source) as module:
-            for name in names:
-                found[name].add(namespace[name](module))
+    found = []
+    for variant in build_variants(target.layout):
+        with _installed(target, variant.source) as module:
+            if variant.kind is not VariantKind.MUTANT:
+                # The frames' fingerprints read a traceback of each refused call.
+                refused = namespace["_tracebacks"](module)
+                assert len(refused) == len(target.refused) and None not in refused, \
+                    f"{variant.id} does not refuse every call of _tracebacks inside {target.file}"
+            found.append((variant, {name: namespace[name](module) for name in names}))
+    return found
+
+
+@pytest.fixture(scope="module")
+def correct_fingerprints(variant_fingerprints) -> dict[str, set[str]]:
+    """Each fingerprint of :data:`FINGERPRINTS`, over the reference and every wheat."""
+    found: dict[str, set[str]] = {}
+    for variant, fingerprints in variant_fingerprints:
+        if variant.kind is not VariantKind.MUTANT:
+            for name, value in fingerprints.items():
+                found.setdefault(name, set()).add(value)
     return found
 
 
@@ -281,7 +401,7 @@ RECONNED = ("options", "arguments", "environment", "limits", "process")
 
 
 @pytest.fixture(scope="module")
-def reference_state(tmp_path_factory) -> dict[str, str]:
+def reference_state(tmp_path_factory, target) -> dict[str, str]:
     """What a recon submission learns of the reference's runs: each :data:`RECON` fingerprint,
     from the message of a test that fails on purpose."""
     body = "".join(f'''
@@ -289,8 +409,8 @@ def reference_state(tmp_path_factory) -> dict[str, str]:
 def test_recon_{name}(request):
     raise AssertionError("FP {name} " + {name}(request))
 ''' for name in RECONNED)
-    folder = _suite(tmp_path_factory.mktemp("recon") / "tests", {"test_recon.py": HEADER + RECON + body})
-    report = _grade(folder)
+    folder = _suite(tmp_path_factory.mktemp("recon") / "tests", {"test_recon.py": HEADER + RECON + body}, target)
+    report = _grade(folder, target)
     found = {}
     for test in report.tests:
         match = re.search(r"FP (\w+) ([0-9a-f]{16})", test.reason)
@@ -301,12 +421,20 @@ def test_recon_{name}(request):
 
 
 # ---------------------------------------------------------------------------- control
-def test_a_behavioural_test_still_kills(tmp_path):
+def test_the_targets_are_the_gru_and_the_lstm():
+    assert LAYOUT.assignment_name == "l3-3-gru" and TARGETS["l3-3-gru"].layout is LAYOUT
+    assert {name: (t.module, t.file) for name, t in TARGETS.items()} == {
+        "l3-3-gru": ("tinyllm.rnn.gru", "tinyllm/rnn/gru.py"),
+        "l3-2-lstm": ("tinyllm.rnn.lstm", "tinyllm/rnn/lstm.py"),
+    }
+
+
+def test_a_behavioural_test_still_kills(target, tmp_path):
     """The control: a real test of the outputs kills as before, so a suite's zero below is the
     grader's doing, not a grading that kills nothing."""
-    report = _grade(_suite(tmp_path / "tests", {"test_hand.py": HEADER + HAND}))
+    report = _grade(_suite(tmp_path / "tests", {"test_hand.py": HEADER + target.hand}, target), target)
     killed = {m.id for m in report.mutants if m.killed}
-    assert {"s01", "s02", "s03", "s05"} <= killed, _told_apart(report)
+    assert target.hand_kills <= killed, _told_apart(report)
     assert [t.status.value for t in report.tests] == ["valid"]
 
 
@@ -325,13 +453,9 @@ def test_probe(request):
 def test_probe(request):
     assert arguments(request) == "{arguments}"
 '''},
-    # test_a passes on the reference and fails on a wheat (its wording), so it is run on the
-    # wheats but not on the mutants: the probe looks for it among the session's items.
-    "the_session_items": {"test_probe.py": HEADER + '''
-def test_a_brittle():
-    with pytest.raises(ValueError, match="must be a positive int"):
-        GRU(0, 3)
-
+    # test_a passes on the reference and fails on a wheat (the target's brittle_wheat), so it
+    # is run on the wheats but not on the mutants: the probe looks for it among the session's items.
+    "the_session_items": {"test_probe.py": HEADER + '''@BRITTLE@
 
 def test_b_probe(request):
     assert [item.name for item in request.session.items] == ["test_a_brittle", "test_b_probe"]
@@ -339,12 +463,29 @@ def test_b_probe(request):
 }
 
 
+def test_the_brittle_test_passes_on_the_reference_and_fails_on_a_wheat(target):
+    """The premise of the_session_items, checked in this process."""
+    passes = {}
+    for variant in build_variants(target.layout):
+        if variant.kind is VariantKind.MUTANT:
+            continue
+        with _installed(target, variant.source):
+            namespace: dict[str, object] = {}
+            exec(target.render(HEADER + target.brittle), namespace)  # noqa: S102
+            try:
+                namespace["test_a_brittle"]()
+                passes[variant.id] = True
+            except (AssertionError, pytest.fail.Exception):
+                passes[variant.id] = False
+    assert passes["reference"] and not passes[target.brittle_wheat], passes
+
+
 @pytest.mark.parametrize("probe", sorted(CONFIGURATION))
-def test_pytest_configuration_tells_no_variant_apart(probe, tmp_path, reference_state):
+def test_pytest_configuration_tells_no_variant_apart(probe, target, tmp_path, reference_state):
     files = {name: text.replace('"{options}"', repr(reference_state["options"]))
              .replace('"{arguments}"', repr(reference_state["arguments"]))
              for name, text in CONFIGURATION[probe].items()}
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", files)))
+    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", files, target), target))
 
 
 # -------------------------------------------------------------------- string conditions
@@ -371,8 +512,8 @@ def test_probe():
 
 
 @pytest.mark.parametrize("probe", sorted(CONDITIONS))
-def test_string_conditions_tell_no_variant_apart(probe, tmp_path):
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + CONDITIONS[probe]})))
+def test_string_conditions_tell_no_variant_apart(probe, target, tmp_path):
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", HEADER + CONDITIONS[probe], target))
 
 
 # ---------------------------------------------------------------------- sourceless code
@@ -418,13 +559,13 @@ def test_mean():
 
 
 @pytest.mark.parametrize("probe", sorted(SOURCELESS))
-def test_sourceless_modules_tell_no_variant_apart(probe, tmp_path):
+def test_sourceless_modules_tell_no_variant_apart(probe, target, tmp_path):
     name, module, test = SOURCELESS[probe]
-    folder = _suite(tmp_path / "tests", {f"{name}.py": module, "test_probe.py": HEADER + test})
+    folder = _suite(tmp_path / "tests", {f"{name}.py": module, "test_probe.py": HEADER + test}, target)
     # A sourceless module is found only as NAME.pyc beside where its source would be.
     py_compile.compile(str(folder / f"{name}.py"), cfile=str(folder / f"{name}.pyc"), doraise=True)
     (folder / f"{name}.py").unlink()
-    _assert_kills_nothing(_grade(folder))
+    _assert_kills_nothing(_grade(folder, target))
 
 
 # ------------------------------------------- linecache, code objects, frames and tracebacks
@@ -435,27 +576,45 @@ SOURCE_AND_CODE = ("source_lines", "source_by_format", "source_by_inspect", "byt
 FRAMES = ("frames", "frame_namespaces", "code_by_frame", "traceback_text")
 
 
-def _fingerprint_suite(folder: Path, name: str, expected: set[str]) -> Path:
+def _fingerprint_probe(name: str, expected: set[str], target: Target) -> str:
+    alias = target.module.rpartition(".")[2]
     probe = f'''
-import tinyllm.rnn.gru as gru
+import {target.module} as {alias}
 
 CORRECT = {sorted(expected)!r}
 
 
 def test_probe():
-    assert {name}(gru) in CORRECT
+    assert {name}({alias}) in CORRECT
 '''
-    return _suite(folder, {"test_probe.py": HEADER + FINGERPRINTS + probe})
+    return HEADER + FINGERPRINTS + probe
+
+
+# What no mutant of either module changes: a module-level name, or the names in a refusing frame.
+TELLS_NO_MUTANT_APART = ("metadata", "frame_namespaces")
+
+
+def test_the_fingerprints_tell_mutants_apart_in_this_process(target, variant_fingerprints, correct_fingerprints):
+    """The attacks below are armed: read of each variant installed as a run installs it, each
+    fingerprint (but those of TELLS_NO_MUTANT_APART) is a wrong one for some mutant."""
+    assert set(correct_fingerprints) == set(SOURCE_AND_CODE + FRAMES)
+    for name in SOURCE_AND_CODE + FRAMES:
+        told = sorted(v.id for v, found in variant_fingerprints
+                      if v.kind is VariantKind.MUTANT and found[name] not in correct_fingerprints[name])
+        if name not in TELLS_NO_MUTANT_APART:
+            assert told, f"{name} tells no mutant of {target.assignment} apart, even here"
 
 
 @pytest.mark.parametrize("probe", SOURCE_AND_CODE)
-def test_source_and_code_tell_no_variant_apart(probe, tmp_path, correct_fingerprints):
-    _assert_kills_nothing(_grade(_fingerprint_suite(tmp_path / "tests", probe, correct_fingerprints[probe])))
+def test_source_and_code_tell_no_variant_apart(probe, target, tmp_path, correct_fingerprints):
+    text = _fingerprint_probe(probe, correct_fingerprints[probe], target)
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", text, target))
 
 
 @pytest.mark.parametrize("probe", FRAMES)
-def test_frames_and_tracebacks_tell_no_variant_apart(probe, tmp_path, correct_fingerprints):
-    _assert_kills_nothing(_grade(_fingerprint_suite(tmp_path / "tests", probe, correct_fingerprints[probe])))
+def test_frames_and_tracebacks_tell_no_variant_apart(probe, target, tmp_path, correct_fingerprints):
+    text = _fingerprint_probe(probe, correct_fingerprints[probe], target)
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", text, target))
 
 
 # ----------------------------------------------------------- the environment and limits
@@ -489,11 +648,11 @@ def test_b_burn():
 
 
 @pytest.mark.parametrize("probe", sorted(ENVIRONMENT))
-def test_limits_tell_no_variant_apart(probe, tmp_path):
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + ENVIRONMENT[probe]})))
+def test_limits_tell_no_variant_apart(probe, target, tmp_path):
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", HEADER + ENVIRONMENT[probe], target))
 
 
-def test_the_process_state_tells_no_variant_apart(tmp_path, reference_state):
+def test_the_process_state_tells_no_variant_apart(target, tmp_path, reference_state):
     """The environment, the rlimits, argv, the working folder, flags, descriptors, signal
     handlers: each as on the reference (as a recon submission saw it), and the hash seed."""
     body = "".join(f'''
@@ -505,7 +664,7 @@ def test_{name}(request):
 def test_hash_seed():
     assert hash("x") % 2 == 0
 '''
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + RECON + body})))
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", HEADER + RECON + body, target))
 
 
 # ---------------------------------------------------- objects that carry the run's settings
@@ -545,9 +704,9 @@ def test_probe():
 
 
 @pytest.mark.parametrize("probe", sorted(SETTINGS))
-def test_run_settings_in_memory_tell_no_variant_apart(probe, tmp_path):
+def test_run_settings_in_memory_tell_no_variant_apart(probe, target, tmp_path):
     body = HEADER + RUN_SETTINGS + SETTINGS[probe]
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": body})))
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", body, target))
 
 
 # ----------------------------------------------------------------------------- process ids
@@ -563,17 +722,17 @@ def test_a_steer():
 '''
 
 
-def test_process_ids_tell_no_variant_apart(tmp_path):
+def test_process_ids_tell_no_variant_apart(target, tmp_path):
     probe = STEER + '''
 
 def test_b_probe():
     nth = os.getpid() - os.getppid()  # this run's place among its worker's children
     assert nth == 1 or (os.environ.get("PYTHONHASHSEED") == "2" and nth <= 5)
 '''
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + probe})))
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", HEADER + probe, target))
 
 
-def test_what_earlier_runs_left_behind_tells_no_variant_apart(tmp_path):
+def test_what_earlier_runs_left_behind_tells_no_variant_apart(target, tmp_path):
     """The same count as above, from marks the earlier runs of a worker left in its
     temporary folder."""
     probe = STEER + '''
@@ -585,11 +744,11 @@ def test_b_probe():
     open(os.path.join(marks, str(time.time())), "w").close()
     assert earlier == 0 or (os.environ.get("PYTHONHASHSEED") == "2" and earlier <= 4)
 '''
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + probe})))
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", HEADER + probe, target))
 
 
 # ---------------------------------------------------------------- time since the staging
-def test_time_since_staging_tells_no_variant_apart(tmp_path):
+def test_time_since_staging_tells_no_variant_apart(target, tmp_path):
     """The mutants run after the reference and every wheat. The probe reads how long ago its
     file was staged; test_b sleeps 1 s after it in every run (a mutant's run stops at the
     probe). Measured on two cores (two runs at a time): the reference read 0.2 to 1.0 s, the
@@ -606,4 +765,4 @@ def test_a_probe():
 def test_b_sleep():
     time.sleep(1.0)
 '''
-    _assert_kills_nothing(_grade(_suite(tmp_path / "tests", {"test_probe.py": HEADER + probe})))
+    _assert_kills_nothing(_grade_probe(tmp_path / "tests", HEADER + probe, target))
