@@ -1,5 +1,6 @@
 """Warm workers kept for one grading after another: same reports as fresh workers, and nothing
-of one submission (its temporary files, its staged tests) reaches the next."""
+of one submission (its temporary files, its staged tests) reaches the next; for every module
+(the service keeps a pool per module, api/work/jobs.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ import pytest
 from grader.core.assignment import load_assignment
 from grader.flows.grading import grade_suite
 from grader.core.models import Outcome, TestStatus
-from grader.core.paths import default_layout
+from grader.core.paths import default_layout, layout_for
 from grader.run.runner import RunLimits
 from grader.run.scheduler import WorkerPool
 
 LAYOUT = default_layout()
 ASSIGNMENT = load_assignment(LAYOUT.assignment)
 EXAMPLE = LAYOUT.examples / "student" / "python" / "tests" / "l3-3-gru"
+# Each module: its layout, and its example repository's tests.
+MODULES = {
+    "l3-3-gru": (LAYOUT, EXAMPLE),
+    "l3-2-lstm": (layout_for(LAYOUT.root, "l3-2-lstm"), LAYOUT.examples / "lstm-student" / "python" / "tests" / "l3-2-lstm"),
+}
 
 LEAVES = '''
 import os
@@ -57,8 +63,16 @@ def _suite(folder: Path, body: str) -> Path:
     return folder
 
 
-def _grade(tests: Path, pool: WorkerPool | None, **kwargs):
-    return grade_suite(tests, layout=LAYOUT, assignment=ASSIGNMENT, audience="staff", pool=pool, **kwargs)
+def _grade(tests: Path, pool: WorkerPool | None, layout=LAYOUT, **kwargs):
+    return grade_suite(tests, layout=layout, assignment=load_assignment(layout.assignment), audience="staff",
+                       pool=pool, **kwargs)
+
+
+@pytest.fixture(scope="module", params=sorted(MODULES))
+def module(request):
+    """A module of the course: its layout, its example's tests, and their report by fresh workers."""
+    layout, example = MODULES[request.param]
+    return layout, example, _grade(example, None, layout)
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +85,14 @@ def _same(report, fresh) -> None:
     assert [(t.id, t.status, t.kills) for t in report.tests] == [(t.id, t.status, t.kills) for t in fresh.tests]
 
 
-def test_a_pool_grades_one_submission_after_another_as_fresh_workers_do(tmp_path, fresh_report):
-    with WorkerPool(layout=LAYOUT, limits=RunLimits.of(ASSIGNMENT)) as pool:
-        first = _grade(EXAMPLE, pool)
+def test_a_pool_grades_one_submission_after_another_as_fresh_workers_do(tmp_path, module):
+    layout, example, fresh_report = module
+    with WorkerPool(layout=layout, limits=RunLimits.of(load_assignment(layout.assignment))) as pool:
+        first = _grade(example, pool, layout)
         workers = pool._pair
-        leaving = _grade(_suite(tmp_path / "a", LEAVES), pool, policy=False)
-        looking = _grade(_suite(tmp_path / "b", LOOKS), pool, policy=False)
-        again = _grade(EXAMPLE, pool)
+        leaving = _grade(_suite(tmp_path / "a", LEAVES), pool, layout, policy=False)
+        looking = _grade(_suite(tmp_path / "b", LOOKS), pool, layout, policy=False)
+        again = _grade(example, pool, layout)
         assert pool._pair is workers  # the same two processes did all four
     _same(first, fresh_report)
     _same(again, fresh_report)
