@@ -138,7 +138,7 @@ def layouts_of(settings: Settings) -> dict[str, Layout]:
     root = settings.root.resolve() if settings.root else default_layout().root
     default = layout_for(root, settings.assignment)
     named = [part.strip() for part in settings.assignments.split(",")] if settings.assignments else None
-    others = [layout_for(root, name) for name in named if name] if named is not None else [
+    others = [_hosted(root, name) for name in named if name] if named is not None else [
         layout_for(root, name) for name in default.available()]
     hosted = {default.assignment_name: default}
     for layout in others:
@@ -148,6 +148,14 @@ def layouts_of(settings: Settings) -> dict[str, Layout]:
                 f"MUTAGRADE_ASSIGNMENTS: two assignments are named {layout.assignment_name!r} "
                 f"({same.assignment_dir} and {layout.assignment_dir}); a service tells them apart by name")
     return hosted
+
+
+def _hosted(root: Path, name: str) -> Layout:
+    try:
+        return layout_for(root, name)
+    except GradingInputError as exc:
+        raise GradingInputError(f"MUTAGRADE_ASSIGNMENTS names {name!r}: "
+                                + str(exc).split(": ", 1)[-1]) from None
 
 
 def layout_of(settings: Settings, assignment: str | None = None) -> Layout:

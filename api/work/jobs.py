@@ -8,6 +8,8 @@ claim on the submission.
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy.orm import sessionmaker
 
 from api.store import crud
@@ -21,7 +23,9 @@ from grader.core.models import Audience
 from grader.core.paths import Layout
 from grader.flows.serving import RunLimits, SandboxUnavailable, WorkerPool
 
-__all__ = ["GradingDeferred", "Pools", "grade_submission"]
+__all__ = ["POOL_IDLE_S", "GradingDeferred", "Pools", "grade_submission"]
+
+POOL_IDLE_S = 10.0  # seconds a thread's warm workers of an assignment wait for its next job
 
 
 class GradingDeferred(Exception):
@@ -38,17 +42,26 @@ class GradingDeferred(Exception):
 class Pools:
     """Warm grading workers for one queue thread (or Celery process): a pool per hosted
     assignment, each started at its assignment's first job. A pool's workers load one
-    assignment's variants; no two assignments share one."""
+    assignment's variants; no two assignments share one. A pool not used for ``idle_s`` while
+    the thread grades other assignments lets its workers go (started again at its next job)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, idle_s: float = POOL_IDLE_S) -> None:
         self.settings = settings
+        self.idle_s = idle_s
         self._pools: dict[str, WorkerPool] = {}
+        self._used: dict[str, float] = {}
 
     def of(self, layout: Layout) -> WorkerPool:
-        pool = self._pools.get(layout.assignment_name)
+        """The pool of ``layout``'s assignment; the others' unused past ``idle_s`` are closed."""
+        name, now = layout.assignment_name, time.monotonic()
+        for other, pool in self._pools.items():
+            if other != name and now - self._used[other] > self.idle_s:
+                pool.close()
+        pool = self._pools.get(name)
         if pool is None:
             limits = RunLimits.of(load_assignment(layout.assignment), jobs=self.settings.grade_jobs)
-            pool = self._pools[layout.assignment_name] = WorkerPool(layout=layout, limits=limits)
+            pool = self._pools[name] = WorkerPool(layout=layout, limits=limits)
+        self._used[name] = now
         return pool
 
     def close(self) -> None:

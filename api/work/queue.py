@@ -23,14 +23,13 @@ from sqlalchemy.orm import sessionmaker
 
 from api.store import crud
 from api.config import Settings
-from api.work.jobs import GradingDeferred, Pools, grade_submission
+from api.work.jobs import POOL_IDLE_S, GradingDeferred, Pools, grade_submission
 from api.work.lease import Heartbeat
 from grader.flows.serving import machine_admission
 
 __all__ = ["LocalQueue", "Queue", "make_queue"]
 
 log = logging.getLogger("mutagrade.queue")
-_POOL_IDLE_S = 10.0  # seconds without a job before a thread lets its warm workers go
 
 
 class Queue(Protocol):
@@ -111,7 +110,7 @@ class LocalQueue:
                     finally:
                         self.admission.leave()
                     if not graded:
-                        if time.monotonic() - idle_since > _POOL_IDLE_S:
+                        if time.monotonic() - idle_since > POOL_IDLE_S:
                             pools.close()
                         with self._wake:
                             self._wake.wait(timeout=1.0)

@@ -181,3 +181,12 @@ def test_a_golden_run_compares_the_variants_of_the_module_it_names(course):
     unnumbered = {v["id"]: v for v in rows.values() if isinstance(v["max_deviation"], str)}
     assert sorted(unnumbered) == ["s13", "s14"]
     assert all(v["max_deviation"] == "Infinity" and not v["matches"] for v in unnumbered.values())
+
+
+def test_a_service_told_to_host_a_module_the_course_lacks_does_not_start_and_says_which(tmp_path):
+    server = make_server(tmp_path, assignments="l3-2-lstm, l9-9-transformer")
+    done = subprocess.run([sys.executable, "-m", "api.cli", "serve", "--port", str(server.port)],
+                          capture_output=True, text=True, env=server.env, timeout=60)
+    assert done.returncode == 2
+    assert "MUTAGRADE_ASSIGNMENTS" in done.stderr and "'l9-9-transformer'" in done.stderr
+    assert "l3-2-lstm, l3-3-gru" in done.stderr  # those there are
