@@ -14,7 +14,7 @@ from api.store import crud
 from api.config import archive_limits
 from api.store.db import User
 from api.web.deadlines import judge_upload, late_refusal
-from api.web.hosting import Hosted, Hosting
+from api.web.hosting import Hosted, Hosting, of_submission
 from api.web.schemas import SubmissionCreated
 from api.web.views import links, owned_submission
 from grader.core.states import SubmissionKind
@@ -150,6 +150,7 @@ def start_regrade(request: Request, session: Session, user: User, submission_id:
     """Queue a submission to be graded again: the staff route and the submission page's button
     come here (their callers check the user is staff)."""
     submission = owned_submission(session, submission_id, user)
+    of_submission(request, submission)  # a 409, the report kept, when its module is no longer hosted
     crud.regrade(session, submission=submission)
     request.app.state.queue.enqueue(submission.id)
     return SubmissionCreated(id=submission.id, status=submission.status, links=links(submission.id))

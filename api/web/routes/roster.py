@@ -151,11 +151,11 @@ async def tokens_file(request: Request, user: PageUser) -> Response:
 @router.post("/staff/roster/extension", response_class=HTMLResponse)
 def extension_form(
     request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery, csrf: Field = None,
-    login: Field = None, due: Field = None, timezone: Field = None, reason: Field = None,
+    login: Field = None, due: Field = None, timezone: Field = None, reason: Field = None, assignment: Field = None,
 ) -> Response:
     """Grant a student an extension for an assignment (replacing theirs): a local time and a
     zone, as staff write them."""
-    if (refusal := _not_staff(request, user, csrf)) is not None:
+    if (refusal := _not_staff(request, user, csrf) or _other_module(request, session, user, hosted, assignment)):
         return refusal
     try:
         moment = parse_due(due or "", timezone=timezone or None)
@@ -169,9 +169,9 @@ def extension_form(
 
 @router.post("/staff/roster/extension/revoke", response_class=HTMLResponse)
 def revoke_form(request: Request, session: SessionDep, user: PageUser, hosted: HostedQuery, csrf: Field = None,
-                login: Field = None) -> Response:
+                login: Field = None, assignment: Field = None) -> Response:
     """End a student's extension for an assignment: its due date is theirs again."""
-    if (refusal := _not_staff(request, user, csrf)) is not None:
+    if (refusal := _not_staff(request, user, csrf) or _other_module(request, session, user, hosted, assignment)):
         return refusal
     try:
         revoke_extension(session, login=login or "", assignment=hosted.name, actor=user.name)
@@ -191,6 +191,16 @@ def remove_form(request: Request, session: SessionDep, user: PageUser, hosted: H
     except (LookupError, RosterConflict) as exc:
         return _roster(request, session, user, hosted, error=str(exc), status_code=status.HTTP_400_BAD_REQUEST)
     return _back(hosted)
+
+
+def _other_module(request: Request, session: Session, user: User, hosted: Hosted, sent: str | None) -> Response | None:
+    """The refusal of a form whose body names another module than the address it was posted to
+    (``?assignment=``, the module the page showed): nothing is changed in either."""
+    if sent is None or sent == hosted.name:
+        return None
+    return _roster(request, session, user, hosted, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+                   error=f"assignment: the form names {sent!r} but was posted for {hosted.name!r} "
+                         f"(/staff/roster?assignment={hosted.name}); nothing was changed")
 
 
 def _back(hosted: Hosted) -> Response:

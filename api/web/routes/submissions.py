@@ -72,6 +72,8 @@ def list_submissions(
 ) -> list[SubmissionPublic]:
     """A student's own submissions; staff see everyone's, with filters."""
     own = None if user.role == Role.STAFF else user
+    if assignment is not None:
+        hosted_by_name(request, assignment)  # a module this service does not host: 422, not an empty list
     rows = crud.list_submissions(
         session, user=own, student=student if own is None else None, status=status_, assignment=assignment,
         limit=limit, offset=offset,
