@@ -124,6 +124,36 @@ NEEDLES_OF = {name: _needles(VARIANTS_OF[name]) for name in ASSIGNMENTS}
 NEEDLES = NEEDLES_OF[LAYOUT.assignment_name]
 
 
+def _in_a_source(text: str) -> list[tuple[bytes, int, str]]:
+    """The entries of ``text``, a line of a module's source or a title, as a file holds it
+    (UTF-8) and as a Python ``str`` of the whole source holds it: every source of the course
+    has characters past Latin-1 and none past the first plane (``⊙``, ``σ``), so its ``str``
+    keeps even an ASCII line two bytes a character."""
+    forms = (text.encode("utf-8"), text.encode("utf-16-le"))
+    return [(data[:PREFIX], len(data), hashlib.sha256(data).hexdigest()) for data in forms]
+
+
+def _foreign_needles(assignment: str) -> dict[str, list[tuple[bytes, int, str]]]:
+    """The other module's answer, as needles a run of ``assignment`` must not hold: the longest
+    lines of its reference (in none of this module's variants, nor in any other file of the
+    shared framework: its stubs, this module's reference) and its hidden mutants' titles."""
+    other = next(name for name in ASSIGNMENTS if name != assignment)
+    reference = next(v for v in VARIANTS_OF[other] if v.id == "reference")
+    mine = "\n".join(v.source for v in VARIANTS_OF[assignment])
+    framework = "\n".join(path.read_text(encoding="utf-8") for path in (LAYOUT.reference / "tinyllm").rglob("*")
+                          if path.suffix in (".py", ".pyi") and path != LAYOUTS[other].module_source)
+    lines = sorted({ln.strip() for ln in reference.source.splitlines() if len(ln.strip()) >= 24}
+                   - {ln.strip() for ln in (mine + "\n" + framework).splitlines()}, key=lambda ln: (-len(ln), ln))[:6]
+    needles = {f"{other}:line {i}": _in_a_source(line) for i, line in enumerate(lines)}
+    needles.update({f"{other}:title:{v.id}": _in_a_source(v.spec.title) for v in VARIANTS_OF[other]
+                    if v.kind is VariantKind.MUTANT and v.spec.hidden})
+    return needles
+
+
+# A run of one module holds nothing of the other's reference or hidden titles either.
+FOREIGN_OF = {name: _foreign_needles(name) for name in ASSIGNMENTS}
+
+
 def test_the_scan_covers_the_gru_and_the_lstm():
     assert LAYOUT.assignment_name == "l3-3-gru"
     assert {name: LAYOUTS[name].module_under_test for name in ASSIGNMENTS} == {
@@ -146,8 +176,10 @@ def test_the_needles_are_many_and_the_hidden_titles_among_them(assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_scanner_finds_what_is_there(assignment):
     # This process built every variant: each one's lines are in its memory.
-    found = scan(os.getpid(), NEEDLES_OF[assignment])
-    assert found == set(NEEDLES_OF[assignment])
+    needles = {**NEEDLES_OF[assignment], **FOREIGN_OF[assignment]}
+    assert sum(1 for name in FOREIGN_OF[assignment] if ":line " in name) == 6  # the other module's answer
+    found = scan(os.getpid(), needles)
+    assert found == set(needles)
 
 
 class Waiting(NamedTuple):
@@ -252,7 +284,7 @@ def _runs_processes(worker: int) -> tuple[list[int], list[int]]:
 @pytest.mark.parametrize("sandbox", ["auto"])
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(tmp_path, assignment, sandbox):
-    layout, needles = LAYOUTS[assignment], NEEDLES_OF[assignment]
+    layout, needles = LAYOUTS[assignment], {**NEEDLES_OF[assignment], **FOREIGN_OF[assignment]}
     chosen = [v for v in VARIANTS_OF[assignment] if v.id in WAITING[assignment].chosen]
     assert [v.id for v in chosen] == list(WAITING[assignment].chosen)
     tests = _waiting_suite(tmp_path / "tests", assignment)
