@@ -5,6 +5,7 @@ Built by :func:`get_settings` when the app is created, never at import time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -128,6 +129,10 @@ def get_settings(**overrides: object) -> Settings:
 class UnknownAssignment(LookupError):
     """An assignment this service does not host; the message names those it does."""
 
+    def __init__(self, name: str, hosted: Iterable[str]) -> None:
+        super().__init__(f"assignment: expected one of the assignments this service hosts "
+                         f"({', '.join(sorted(hosted))}), got {name!r}")
+
 
 def layouts_of(settings: Settings) -> dict[str, Layout]:
     """Every assignment the service hosts, by name (its folder's), the default first.
@@ -170,9 +175,7 @@ def layout_of(settings: Settings, assignment: str | None = None) -> Layout:
     if assignment is None:
         return next(iter(hosted.values()))
     if assignment not in hosted:
-        raise UnknownAssignment(
-            f"assignment: expected one of the assignments this service hosts ({', '.join(sorted(hosted))}), "
-            f"got {assignment!r}")
+        raise UnknownAssignment(assignment, hosted)
     return hosted[assignment]
 
 

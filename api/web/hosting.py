@@ -56,9 +56,7 @@ class Hosting:
         if not name:
             return self.default
         if name not in self.by_name:
-            raise UnknownAssignment(
-                f"assignment: expected one of the assignments this service hosts ({', '.join(sorted(self.by_name))}), "
-                f"got {name!r}")
+            raise UnknownAssignment(name, self.by_name)
         return self.by_name[name]
 
 
