@@ -8,6 +8,7 @@ claim on the submission.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from sqlalchemy.orm import sessionmaker
@@ -24,6 +25,8 @@ from grader.core.paths import Layout
 from grader.flows.serving import RunLimits, SandboxUnavailable, WorkerPool
 
 __all__ = ["POOL_IDLE_S", "GradingDeferred", "Pools", "grade_submission"]
+
+log = logging.getLogger("mutagrade.queue")
 
 POOL_IDLE_S = 10.0  # seconds a thread's warm workers of an assignment wait for its next job
 
@@ -118,6 +121,7 @@ def grade_submission(
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"could not be graded: {exc}")
     except Exception as exc:  # noqa: BLE001 - recorded, and the worker goes on with the next job
+        log.exception("submission %s: the grader failed", submission.id)  # the student sees one line; staff the cause
         with make_session() as session:
             return crud.finish_submission(session, submission.id, worker=worker, error=f"internal error: {exc!r}")
     with make_session() as session:

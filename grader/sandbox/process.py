@@ -148,7 +148,10 @@ class SandboxedWorker:
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except BrokenPipeError:  # a frame still in the input's buffer, flushed into a dead pipe
+                    pass  # the stream is closed all the same: nobody was left to read it
         return True
 
     def _free(self) -> None:

@@ -111,3 +111,18 @@ def test_a_pool_replaces_its_workers_after_a_grading_that_went_wrong(tmp_path, f
         assert pool._pair is None or any(w.closed for w in pool._pair)
         after = grade_suite(EXAMPLE, layout=LAYOUT, assignment=tight, audience="staff", pool=pool)
     _same(after, fresh_report)
+
+
+def test_a_worker_that_died_with_a_message_unsent_closes_without_an_error():
+    """A worker killed while a frame sat in its input's buffer (written, not yet flushed): closing
+    it must not fail on flushing that frame into a pipe nobody reads. In the service such a close
+    once ended a student's grading as "internal error: BrokenPipeError"."""
+    from grader.run.launch import launch_worker
+
+    worker = launch_worker(layout=LAYOUT, tests_dir=None, hash_seed=1, mode=RunLimits.of(ASSIGNMENT).sandbox)
+    worker.process.kill()
+    worker.process.wait()
+    assert worker.process.stdin is not None
+    worker.process.stdin.write(b"a frame the worker will never read")  # held in the buffer: no error yet
+    worker.close()
+    assert worker.process.stdin.closed and worker.process.stdout.closed
