@@ -14,6 +14,7 @@ import hashlib
 import os
 import py_compile
 import signal
+import string
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -318,24 +319,24 @@ def test_no_test_process_holds_any_variant_and_each_implementation_only_its_own(
     assert {r.variant: [t.outcome.value for t in r.results] for r in results} == {v.id: ["passed"] for v in chosen}
 
 
-LEAKER = '''
+LEAKER = string.Template('''
 import inspect, linecache, traceback
 
 import numpy as np
 import pytest
-import tinyllm.rnn.gru as gru
-from tinyllm.rnn.gru import GRU
+import $module as under_test
+from $module import $cls
 
 
 def _everything():
-    found = ["".join(linecache.cache.get("tinyllm/rnn/gru.py", (0, 0, [], ""))[2])]
-    for target in (gru, gru.GRU, gru.gru_cell, gru.GRU.forward):
+    found = ["".join(linecache.cache.get("$path", (0, 0, [], ""))[2])]
+    for target in (under_test, under_test.$cls, under_test.$cell, under_test.$cls.forward):
         try:
             found.append(inspect.getsource(target))
         except (OSError, TypeError) as exc:
             found.append(repr(exc))
     try:
-        GRU(3, 4)(np.zeros((5, 2, 2)))
+        $cls(3, 4)(np.zeros((5, 2, 2)))
     except Exception:
         found.append(traceback.format_exc())
     return "\\n".join(found)
@@ -351,15 +352,23 @@ def test_leak_as_an_error():
 
 
 def test_valid_so_that_the_mutants_run():
-    assert GRU(2, 3).num_layers == 1
-'''
+    assert len($cls(2, 3).state_dict()) == 4
+''')
 LEAK_AT_IMPORT = "".join(
     f"from test_leak import _everything\n\nraise RuntimeError(_everything()[{start}:{start + 1800}])\n"
     for start in (7800,)
 )
 
 
-def _source_lines() -> dict[str, list[tuple[bytes, int, str]]]:
+def _leaker(assignment: str) -> str:
+    """The leaking suite, written for ``assignment``'s module (``tinyllm.rnn.gru``: ``GRU``, ``gru_cell``)."""
+    module = LAYOUTS[assignment].module_under_test
+    stem = module.rsplit(".", 1)[1]
+    return LEAKER.substitute(module=module, path=module.replace(".", "/") + ".py", cls=stem.upper(),
+                             cell=f"{stem}_cell")
+
+
+def _source_lines(variants: list[Variant]) -> dict[str, list[tuple[bytes, int, str]]]:
     """Every variant's lines, the reference's included, that are long enough to mean something
     and that the stand-in (which a test may read) does not share."""
     from grader.worker import standin
@@ -369,14 +378,14 @@ def _source_lines() -> dict[str, list[tuple[bytes, int, str]]]:
         # A report is searched as UTF-8 text: each line's UTF-8 form, its first entry, is enough.
         f"source:{v.id}": [_needle(line.strip())[0] for line in v.source.splitlines()
                            if len(line.strip()) >= 24 and line.strip() not in shown]
-        for v in VARIANTS
+        for v in variants
     }
 
 
-def _needles_in(text: str) -> set[str]:
+def _needles_in(text: str, assignment: str) -> set[str]:
     data = text.encode()
     found = set()
-    for name, entries in {**NEEDLES, **_source_lines()}.items():
+    for name, entries in {**NEEDLES_OF[assignment], **_source_lines(VARIANTS_OF[assignment])}.items():
         for prefix, length, digest in entries:
             at = data.find(prefix)
             while at != -1:
@@ -387,51 +396,56 @@ def _needles_in(text: str) -> set[str]:
     return found
 
 
-def test_no_report_holds_a_line_of_any_variant(tmp_path):
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_report_holds_a_line_of_any_variant(tmp_path, assignment):
     """Whatever a test prints into its failure (linecache, inspect, a traceback through the
-    GRU), the report, staff's included, holds no line of the reference or any variant."""
+    module), the report, staff's included, holds no line of the reference or any variant."""
     from grader.core.assignment import load_assignment
     from grader.flows.grading import grade_suite
     from grader.report import render
 
     tests = tmp_path / "tests"
     tests.mkdir()
-    (tests / "test_leak.py").write_text(LEAKER)
+    (tests / "test_leak.py").write_text(_leaker(assignment))
     (tests / "test_leak_at_import.py").write_text(LEAK_AT_IMPORT)
-    report = grade_suite(tests, layout=LAYOUT, assignment=load_assignment(LAYOUT.assignment), policy=False,
+    layout, variants = LAYOUTS[assignment], VARIANTS_OF[assignment]
+    report = grade_suite(tests, layout=layout, assignment=load_assignment(layout.assignment), policy=False,
                          audience="staff", full_matrix=True)
     from grader.core.scoring import student_view
 
     assert any("test_leak_at_import" in str(p) for p in report.problems), report.problems
     staff = render(report, "json") + render(report, "text")
-    student = render(student_view(report, VARIANTS), "json") + render(student_view(report, VARIANTS), "text")
+    student = render(student_view(report, variants), "json") + render(student_view(report, variants), "text")
     assert "test_leak.py::test_leak_in_the_message[0]" in staff and "test_leak.py::test_leak_in_the_message[0]" in student
     # Staff may read the hidden mutants' titles; nobody reads a line of any variant's source.
-    assert {n for n in _needles_in(staff) if not n.startswith("title:")} == set(), sorted(_needles_in(staff))
-    assert _needles_in(student) == set(), sorted(_needles_in(student))
+    leaked = {n for n in _needles_in(staff, assignment) if not n.startswith("title:")}
+    assert leaked == set(), sorted(leaked)
+    assert _needles_in(student, assignment) == set(), sorted(_needles_in(student, assignment))
 
 
-def test_the_reference_source_cannot_be_read_while_variants_are_graded(tmp_path):
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_reference_source_cannot_be_read_while_variants_are_graded(tmp_path, assignment):
     # Its bytecode neither: `make` compiles the checkout ahead, and any import of the reference
     # outside the sandbox may leave a .pyc beside it.
-    compiled = Path(py_compile.compile(str(LAYOUT.module_source), doraise=True))
+    layout, variants = LAYOUTS[assignment], VARIANTS_OF[assignment]
+    compiled = Path(py_compile.compile(str(layout.module_source), doraise=True))
     assert compiled.parent.name == "__pycache__" and compiled.stat().st_size > 0
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_peek.py").write_text(
         "import glob\n\n"
         "def test_peek():\n"
-        f"    paths = [{str(LAYOUT.module_source)!r}, *glob.glob({str(compiled.parent)!r} + '/gru.*')]\n"
+        f"    paths = [{str(layout.module_source)!r}, *glob.glob({str(compiled.parent / layout.module_source.stem)!r} + '.*')]\n"
         "    assert len(paths) >= 2\n"
         "    for path in paths:\n"
         "        try:\n            with open(path, 'rb') as f:\n                data = f.read()\n"
         "        except OSError:\n            data = b''\n"
         "        assert data == b'', path\n"
     )
-    hidden = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=unbudgeted(), hide_source=True)
-    [run] = hidden.run([WorkerRun(variant="s02", source=VARIANTS[0].source)])
+    hidden = WorkerProcess(layout=layout, tests_dir=tests, hash_seed=1, limits=unbudgeted(), hide_source=True)
+    [run] = hidden.run([WorkerRun(variant="s02", source=variants[0].source)])
     assert [(r.test_id, r.outcome.value) for r in run.results] == [("test_peek.py::test_peek", "passed")], run
     # Without hiding (a student's own package in `tdd`), the same file is there to read.
-    shown = WorkerProcess(layout=LAYOUT, tests_dir=tests, hash_seed=1, limits=unbudgeted())
-    [run] = shown.run([WorkerRun(variant="s02", source=VARIANTS[0].source)])
+    shown = WorkerProcess(layout=layout, tests_dir=tests, hash_seed=1, limits=unbudgeted())
+    [run] = shown.run([WorkerRun(variant="s02", source=variants[0].source)])
     assert [r.outcome.value for r in run.results] == ["failed"], run
