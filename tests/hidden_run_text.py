@@ -14,7 +14,7 @@ with respect to ``c``; all three are hidden in ``assignments/l3-2-lstm/manifest.
 names, per assignment, its suite and the hidden mutants it detects each way.
 
 Each suite holds every attack, ``pytest.exit`` last so that a full matrix runs the others first.
-``POLICY_CLEAN`` is the GRU's attack the policy check lets through (no ``warnings``), for the
+``POLICY_CLEAN`` (``LSTM_POLICY_CLEAN``) is the GRU's (LSTM's) attack the policy check lets through (no ``warnings``), for the
 service, which always checks it: ``pytest.exit`` first of the tests that fail, since a mutant's
 run stops at its first kill, and no collection error.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FILE", "LSTM_SUITE", "MARK", "POLICY_CLEAN", "SPIES", "SUITE", "Spy"]
+__all__ = ["FILE", "LSTM_POLICY_CLEAN", "LSTM_SUITE", "MARK", "POLICY_CLEAN", "SPIES", "SUITE", "Spy"]
 
 MARK = "SECRET-"
 FILE = "test_spy.py"
@@ -241,16 +241,19 @@ def test_exits():
 LSTM_SUITE = _LSTM_DETECT + _LSTM_COLLECT + "".join(
     _LSTM_TESTS[n] for n in ("warns", "prints", "skips", "asserts", "raises", "exits")
 )
+LSTM_POLICY_CLEAN = _LSTM_DETECT + "".join(_LSTM_TESTS[n] for n in ("prints", "skips", "exits", "asserts", "raises"))
 
 
 @dataclass(frozen=True)
 class Spy:
     """An assignment's spying suite and the hidden mutants it detects: on each of
-    ``by_output`` every attack of the file fires; on ``by_gradient`` the file fails to import."""
+    ``by_output`` every attack of the file fires; on ``by_gradient`` the file fails to import.
+    ``policy_clean`` is the attack the policy check lets through, for the service."""
 
     suite: str
     by_output: tuple[str, ...]
     by_gradient: str
+    policy_clean: str
 
     @property
     def hidden(self) -> set[str]:
@@ -258,6 +261,6 @@ class Spy:
 
 
 SPIES = {
-    "l3-3-gru": Spy(SUITE, ("s04",), "s12"),
-    "l3-2-lstm": Spy(LSTM_SUITE, ("s14", "s08"), "s13"),
+    "l3-3-gru": Spy(SUITE, ("s04",), "s12", POLICY_CLEAN),
+    "l3-2-lstm": Spy(LSTM_SUITE, ("s14", "s08"), "s13", LSTM_POLICY_CLEAN),
 }

@@ -10,7 +10,7 @@ host is a 422 that lists those it does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Sequence
 
 from fastapi import Depends, HTTPException, Query, Request, status
 
@@ -21,7 +21,7 @@ from grader.core.assignment import Assignment, load_assignment
 from grader.core.paths import Layout
 from grader.core.variants import Variant, build_variants
 
-__all__ = ["Hosted", "HostedQuery", "Hosting", "NotHosted", "host", "hosted_by_name", "of_submission"]
+__all__ = ["Hosted", "HostedQuery", "Hosting", "NotHosted", "host", "hosted_by_form", "hosted_by_name", "of_submission"]
 
 @dataclass(frozen=True)
 class Hosted:
@@ -87,6 +87,24 @@ def hosted_by_name(request: Request, name: str | None) -> Hosted:
         return request.app.state.hosting.get(name)
     except UnknownAssignment as exc:
         raise NotHosted(str(exc)) from None
+
+
+def hosted_by_form(request: Request, values: Sequence[object]) -> Hosted:
+    """The hosted assignment an upload's form names: every value of its ``assignment`` field
+    (none: the default). Which of two values was meant cannot be told, so a field sent more than
+    once is refused, as is one sent as a file.
+
+    Raises:
+        NotHosted: the field is sent more than once, or as a file, or names an assignment the
+            service does not host (the message lists those it does).
+    """
+    if len(values) > 1:
+        sent = ", ".join(repr(v)[:110] if isinstance(v, str) else "a file" for v in values[:5])
+        raise NotHosted(f"assignment: the form sends it {len(values)} times ({sent}); send it once, "
+                        f"naming one of {', '.join(request.app.state.hosting.names)}")
+    if values and not isinstance(values[0], str):
+        raise NotHosted("assignment: expected the assignment's name as a form field, found a file")
+    return hosted_by_name(request, values[0] if values else None)
 
 
 def of_submission(request: Request, submission: Submission) -> Hosted:

@@ -1,7 +1,7 @@
 """The service shows a student nothing of a hidden mutant's run: a student submits the suite of
 ``tests/hidden_run_text.py`` that the policy check lets through (on the hidden mutants it
 prints, skips, fails, raises and calls ``pytest.exit`` with a marked message), through the real
-service. No marked text is in the student's status JSON, any download or the report page; the
+service, for each module it hosts. No marked text is in the student's status JSON, any download or the report page; the
 staff's report keeps it. A report stored under ``mutagrade.report/1`` is shown the same way.
 """
 
@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.api.conftest import Server, make_server, tar_gz, wait_done
-from tests.hidden_run_text import FILE, MARK, POLICY_CLEAN
+from tests.hidden_run_text import FILE, MARK, SPIES
 
 STUDENT = "spy"
 DOWNLOADS = ("", "/report.json", "/report.md", "/report.junit.xml", "/report.gradescope.json", "/report.html")
@@ -25,22 +25,30 @@ DOWNLOADS = ("", "/report.json", "/report.md", "/report.junit.xml", "/report.gra
 class Graded:
     server: Server
     id: int
+    assignment: str
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Graded]:
-    srv = make_server(tmp_path_factory.mktemp("hidden-run-text"))
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = make_server(tmp_path_factory.mktemp("hidden-run-text"))  # hosts every module
     srv.start()
     try:
-        with srv.client(STUDENT) as student:
-            answer = student.post("/v1/submissions", files={"archive": ("spy.tar.gz", tar_gz({FILE: POLICY_CLEAN}),
-                                                                         "application/gzip")})
-            assert answer.status_code == 202, answer.text
-            body = wait_done(student, answer.json()["id"])
-        assert body["status"] == "done", body["error"]
-        yield Graded(server=srv, id=body["id"])
+        yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="module", params=sorted(SPIES))
+def graded(server: Server, request: pytest.FixtureRequest) -> Graded:
+    srv, assignment = server, request.param
+    with srv.client(STUDENT) as student:
+        answer = student.post("/v1/submissions", data={"assignment": assignment},
+                              files={"archive": ("spy.tar.gz", tar_gz({FILE: SPIES[assignment].policy_clean}),
+                                                 "application/gzip")})
+        assert answer.status_code == 202, answer.text
+        body = wait_done(student, answer.json()["id"])
+    assert body["status"] == "done" and body["assignment"] == assignment, body
+    return Graded(server=srv, id=body["id"], assignment=assignment)
 
 
 def _student_sees(graded: Graded) -> dict[str, str]:
@@ -67,8 +75,10 @@ def _staff_report(graded: Graded) -> dict:
 
 
 def test_staff_read_the_text_the_hidden_runs_produced(graded: Graded) -> None:
-    problems = [p["text"].format(*p["variants"]) if isinstance(p, dict) else p for p in _staff_report(graded)["problems"]]
-    assert any(p.startswith("s04: ") and f"{MARK}EXIT" in p for p in problems), problems
+    report = _staff_report(graded)
+    problems = [p["text"].format(*p["variants"]) if isinstance(p, dict) else p for p in report["problems"]]
+    for mutant in SPIES[graded.assignment].by_output:
+        assert any(p.startswith(f"{mutant}: ") and f"{MARK}EXIT" in p for p in problems), (mutant, problems)
 
 
 def test_a_student_reads_nothing_of_a_hidden_run_anywhere(graded: Graded) -> None:

@@ -25,7 +25,7 @@ from api.store import crud
 from api.web.csrf import FIELD
 from api.store.db import User
 from api.web.deps import TOKEN_COOKIE, RowId, SessionDep
-from api.web.hosting import Hosted, HostedQuery, hosted_by_name
+from api.web.hosting import Hosted, HostedQuery, hosted_by_form
 from api.web.forms import PageUser, from_elsewhere, page, refused, to_login, token_refused, staff_only
 from api.web.submitting import accept_upload, start_regrade
 from api.store.grades import RULE_WORDS, grade_records
@@ -109,8 +109,7 @@ async def upload(request: Request, session: SessionDep, user: PageUser) -> Respo
         async with request.form(max_files=1, max_fields=3) as form:
             if (refusal := token_refused(request, user, form.get(FIELD))) is not None:
                 return refusal
-            named = form.get("assignment")
-            hosted = hosted_by_name(request, named if isinstance(named, str) else None)
+            hosted = hosted_by_form(request, form.getlist("assignment"))
             archive = form.get("archive")
             if not isinstance(archive, UploadFile) or not archive.filename:
                 raise HTTPException(status.HTTP_400_BAD_REQUEST, NO_FILE)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Request, Response, UploadFile, status
 
 from api.web.deps import CurrentUser, SessionDep
-from api.web.hosting import hosted_by_name
+from api.web.hosting import hosted_by_form
 from api.web.routes.submissions import AssignmentField
 from api.web.schemas import SubmissionCreated
 from api.web.submitting import accept_upload
@@ -37,7 +37,9 @@ async def create_preview(
     """Upload a preview: checked, stored and graded as a submission is, and read back at the
     same addresses, but shown as a preview, never the grade of record nor in the gradebook.
     A late preview is accepted; previews have a rate limit of their own."""
-    created = await accept_upload(request, session, user, archive, hosted=hosted_by_name(request, assignment),
+    # Every value the form sends (the parameter above is its last, validated): sent twice is refused.
+    hosted = hosted_by_form(request, (await request.form()).getlist("assignment"))
+    created = await accept_upload(request, session, user, archive, hosted=hosted,
                                   kind=SubmissionKind.PREVIEW)
     response.headers["Location"] = f"/v1/submissions/{created.id}"
     return created

@@ -8,7 +8,7 @@ from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile,
 
 from api.store import crud
 from api.web.deps import CurrentUser, RowId, SessionDep, StaffUser
-from api.web.hosting import hosted_by_name, of_submission
+from api.web.hosting import hosted_by_form, hosted_by_name, of_submission
 from api.web.schemas import ASSIGNMENT_NAME, ID_MAX, SubmissionCreated, SubmissionPublic
 from grader.core.states import JobStatus, Role
 from api.web.submitting import accept_upload, start_regrade
@@ -50,7 +50,9 @@ async def create_submission(
 ) -> SubmissionCreated:
     """Upload a submission for an assignment; it is checked now, stamped with its time against
     your due date, stored, and graded in the background."""
-    created = await accept_upload(request, session, user, archive, hosted=hosted_by_name(request, assignment))
+    # Every value the form sends (the parameter above is its last, validated): sent twice is refused.
+    hosted = hosted_by_form(request, (await request.form()).getlist("assignment"))
+    created = await accept_upload(request, session, user, archive, hosted=hosted)
     response.headers["Location"] = f"/v1/submissions/{created.id}"
     return created
 
