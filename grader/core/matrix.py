@@ -6,11 +6,36 @@ The scheduler (:mod:`grader.run.scheduler`) fills a :class:`Matrix`; scoring
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grader.core.models import Budget, Outcome, SuiteRun
 
-__all__ = ["BudgetStop", "Matrix"]
+__all__ = ["BudgetStop", "Matrix", "chance_shown", "differ"]
+
+
+def chance_shown(groups: list[list[SuiteRun]]) -> bool:
+    """Whether some test passed and failed (or raised) in two runs of one group, each group
+    the runs of one variant: the variant was the same, so that test's result is chance's
+    (:func:`differ`, for every test at once)."""
+    for runs in groups:
+        seen: dict[str, set[Outcome]] = {}
+        for run in runs:
+            if run.crashed or run.budget_exceeded:
+                continue
+            for result in run.results:
+                seen.setdefault(result.test_id, set()).add(result.outcome)
+        if any(Outcome.PASSED in outcomes and outcomes & {Outcome.FAILED, Outcome.ERROR} for outcomes in seen.values()):
+            return True
+    return False
+
+
+def differ(runs: list[SuiteRun], test_id: str) -> bool:
+    """Whether ``test_id`` passed in one of ``runs`` (of one variant) and failed or raised in
+    another. Time-outs are left out (a time limit is the machine's verdict, not the test's), and
+    so is a run that did not finish."""
+    finished = [run for run in runs if not run.crashed and not run.budget_exceeded]
+    outcomes = {run.outcome(test_id) for run in finished}
+    return Outcome.PASSED in outcomes and bool(outcomes & {Outcome.FAILED, Outcome.ERROR})
 
 
 @dataclass(frozen=True)
@@ -32,6 +57,10 @@ class Matrix:
     first: dict[str, SuiteRun]
     second: dict[str, SuiteRun]
     rechecks: tuple[SuiteRun, ...] = ()  # the reference run again among the late runs
+    # A mutant's further confirming runs, made once the grading has shown chance (see
+    # :data:`grader.run.scheduler.UNDER_CHANCE`), and how many confirming runs a kill needs.
+    more: dict[str, tuple[SuiteRun, ...]] = field(default_factory=dict)
+    confirmations: int = 1
     budget_stop: BudgetStop | None = None
     cpu_s: float = 0.0
     runs: int = 0  # suite runs made (confirmations and continuations included)
@@ -53,12 +82,22 @@ class Matrix:
         again = self.second.get(variant)
         return again is not None and again.outcome(test_id) is Outcome.PASSED
 
+    def differs_between_runs(self, test_id: str, variant: str) -> bool:
+        """Whether ``test_id`` passed on ``variant`` in one of its runs (its first, the
+        confirming ones) and failed or raised in another: the variant is the same, so the
+        difference is chance's (a clock read, say), never the implementation's (:func:`differ`)."""
+        runs = [self.first.get(variant), self.second.get(variant), *self.more.get(variant, ())]
+        return differ([run for run in runs if run is not None], test_id)
+
     def confirmed_failure(self, test_id: str, variant: str) -> bool:
         """Whether ``test_id`` failed on ``variant`` for sure: in its run and again in the
         confirming run, under the other seed (so a test whose verdict is chance's, under one
-        seed the same on every variant, kills nothing)."""
+        seed the same on every variant, kills nothing), and in each further confirming run the
+        grading needs (``confirmations``)."""
         first = self.first.get(variant)
         if first is None or not first.outcome(test_id).kills:
             return False
         second = self.second.get(variant)
-        return second is not None and second.outcome(test_id).kills
+        more = self.more.get(variant, ())
+        return (second is not None and second.outcome(test_id).kills and len(more) >= self.confirmations - 1
+                and all(test_id in run.test_ids and run.outcome(test_id).kills for run in more))

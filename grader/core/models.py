@@ -51,12 +51,13 @@ class Purpose(StrEnum):
     FIRST = "first"  # a variant's first run: the reference under the first seed, a wheat, a mutant
     SECOND_SEED = "second_seed"  # the reference under the second seed
     CONFIRMING = "confirming"  # a mutant's killing tests again, under the other seed
+    CONFIRMING_AGAIN = "confirming_again"  # ... and once more under each seed, once the grading has shown chance
     CONTINUING = "continuing"  # a mutant's tests not reached, after a kill that did not hold
     RECHECK = "recheck"  # the reference again, among the late runs
 
     @property
     def late(self) -> bool:
-        return self in (Purpose.CONFIRMING, Purpose.CONTINUING, Purpose.RECHECK)
+        return self in (Purpose.CONFIRMING, Purpose.CONFIRMING_AGAIN, Purpose.CONTINUING, Purpose.RECHECK)
 
 
 class TestOutcome(BaseModel):

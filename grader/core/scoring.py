@@ -111,6 +111,14 @@ _BY_CHANCE = (
 )
 
 
+# A mutant is named by no reason (a student may not read a hidden one's name).
+_ON_A_MUTANT = (
+    "passed on a mutant in one run and failed on the same mutant in another (under the other hash seed): "
+    "the implementation was the same, so its result depends on chance (a clock, or other numbers it draws), "
+    "and it counts for nothing; make it deterministic"
+)
+
+
 def _none_collected(matrix: Matrix) -> str:
     """Why no test counts when the reference's runs collected none: a file that could not be
     collected, or no name pytest collects (its defaults: the only ones a run uses)."""
@@ -121,7 +129,7 @@ def _none_collected(matrix: Matrix) -> str:
             "methods of a class named `Test*` without an `__init__`) from files named `test_*.py` or `*_test.py`")
 
 
-def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[TestStatus, str]:
+def _classify(test_id: str, matrix: Matrix, wheats: list[Variant], mutants: list[Variant]) -> tuple[TestStatus, str]:
     first = matrix.first["reference"].outcome(test_id)
     second_run = matrix.second.get("reference")
     second = second_run.outcome(test_id) if second_run is not None else Outcome.MISSING
@@ -169,6 +177,8 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant]) -> tuple[Test
         )
     if held[False]:
         return TestStatus.FLAKY, "\n".join([_BY_CHANCE, *(f"  {line}" for line in held[False])])
+    if any(matrix.differs_between_runs(test_id, mutant.id) for mutant in mutants):
+        return TestStatus.FLAKY, _ON_A_MUTANT
     return TestStatus.VALID, ""
 
 
@@ -244,7 +254,7 @@ def score_suite(
     verdicts: list[TestVerdict] = []
     kills: dict[str, list[str]] = {m.id: [] for m in mutants}
     for test_id in test_ids:
-        status, reason = _classify(test_id, matrix, wheats)
+        status, reason = _classify(test_id, matrix, wheats, mutants)
         like = copies.likeness(test_id) if copies is not None else None
         if like is not None and like.copied:
             status, reason = TestStatus.COPIED, like.reason

@@ -12,7 +12,7 @@ grade``). One submission that cannot be graded (a bad archive, or one that break
 is a row with its problem; it never stops the batch.
 
 Several submissions are graded at once, each grading on a warm
-:class:`~grader.run.scheduler.WorkerPool` of its own (no two students' tests ever share a
+:class:`~grader.run.pool.WorkerPool` of its own (no two students' tests ever share a
 worker), as many as :class:`~grader.run.admission.Admission` lets in: one per core, more while
 the cores sit idle (a suite that sleeps holds no core), within the machine's memory. The next
 submissions are prepared in threads beside them (unpacked, journal replayed in workers of
@@ -40,7 +40,7 @@ from grader.core.roster import RosterEntry
 from grader.flows.grading import GradingInputError, grade_suite
 from grader.flows.intake import ARCHIVE_SUFFIXES, open_submission
 from grader.run.admission import Admission, machine_admission
-from grader.run.scheduler import WorkerPool
+from grader.run.pool import WorkerPool
 from grader.core.models import Audience, JournalSummary, Report
 from grader.core.paths import Layout
 from grader.run.runner import RunLimits

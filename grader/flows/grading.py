@@ -24,7 +24,8 @@ from grader.core.models import Audience, Budget, JournalSummary, Outcome, Policy
 from grader.core.paths import Layout
 from grader.core.policy import find_violations, policy_for
 from grader.run.runner import GradingBudget, RunLimits
-from grader.run.scheduler import WorkerPool, run_matrix
+from grader.run.pool import WorkerPool
+from grader.run.scheduler import run_matrix
 from grader.sandbox.base import SandboxMode
 from grader.sandbox.status import check_mode
 from grader.core.scoring import not_graded, score_suite, too_many_tests
@@ -91,7 +92,7 @@ def grade_suite(
         launched: the grading's two workers, started ahead for ``tests_dir`` under ``sandbox``
             (:func:`grader.run.launch.launch_grading`): killed once the runs are done; the caller
             closes them (after writing the report: they go down meanwhile).
-        pool: warm workers to grade with (a batch: :class:`grader.run.scheduler.WorkerPool`), instead
+        pool: warm workers to grade with (a batch: :class:`grader.run.pool.WorkerPool`), instead
             of starting two for this grading.
 
     Returns:

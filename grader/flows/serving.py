@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from grader.run.admission import Admission, machine_admission, machine_capacity
 from grader.run.runner import RunLimits
-from grader.run.scheduler import WorkerPool
+from grader.run.pool import WorkerPool
 from grader.sandbox.base import SandboxUnavailable
 from grader.sandbox.status import RETRY_FAILED_PROBE_S
 

@@ -15,12 +15,15 @@ does not hold there is chance's (the test is flaky), not the wheat's. The mutant
 weighed once both reference runs and every wheat are in: a mutant whose run stopped at a test
 that turned out not to be valid carries on with the valid tests it had not reached (at most
 :data:`MAX_CONTINUATIONS` times). Every kill is confirmed by running the test that made it again
-under the other seed. The confirming and continuing runs come late and are mostly mutants', so
+under the other seed (with the tests the mutant passed before it, reported again: one that passed
+and failed on one variant is chance's, a clock's say); once the grading has shown such a test,
+every kill must hold in one more run under each seed too (:data:`UNDER_CHANCE`). The confirming
+and continuing runs come late and are mostly mutants', so
 the reference is run again among them now and then, at random (:data:`RECHECK_EVERY`): a test
 that fails late fails there too, and is not valid. A CPU and a wall-clock budget bound the whole
 grading, and so does a cap on its runs (:func:`max_runs`).
 Runs with no seed of their own go to whichever worker is free, never more at once than ``jobs``.
-:class:`WorkerPool` keeps the two workers for one grading after another.
+:class:`grader.run.pool.WorkerPool` keeps the two workers for one grading after another.
 """
 
 from __future__ import annotations
@@ -29,21 +32,27 @@ import queue
 import random
 from collections import deque
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from grader.run.cells import charge, fill, held_to, limits_from_reference, merge, passed_tests
 from grader.run.launch import FIRST_HASH_SEED, SECOND_HASH_SEED, Launched
-from grader.core.matrix import BudgetStop, Matrix
+from grader.core.matrix import BudgetStop, Matrix, chance_shown
 from grader.core.models import Budget, Outcome, Purpose, SuiteRun, WorkerRun
 from grader.core.paths import Layout
 from grader.run.runner import GradingBudget, RunLimits, WorkerLost, WorkerProcess, WorkerResult, close_all, silence_limit
-from grader.sandbox.base import SandboxMode
 from grader.core.variants import Variant, VariantKind
 
-__all__ = ["MAX_CONTINUATIONS", "MAX_RUNS_PER_VARIANT", "RECHECK_EVERY", "WorkerPool", "max_runs", "run_matrix"]
+if TYPE_CHECKING:
+    from grader.run.pool import WorkerPool
+
+__all__ = ["MAX_CONTINUATIONS", "MAX_RUNS_PER_VARIANT", "RECHECK_EVERY", "UNDER_CHANCE", "MatrixRun", "max_runs",
+           "run_matrix"]
 
 RECHECK_EVERY = 3  # about one such run for every this many confirming or continuing runs
 MAX_CONTINUATIONS = 2  # a mutant's run carried on after a kill that did not hold, at most this often
+# Confirming runs a kill needs once the grading has shown chance (a test passed and failed on one
+# variant): the first under the other seed, then one more under each seed.
+UNDER_CHANCE = 3
 MAX_RUNS_PER_VARIANT = 6  # a grading's runs, at most this many per variant (see max_runs)
 _WALL_SLACK = 10.0  # seconds the workers have to report their runs stopped by the wall-clock budget
 
@@ -59,7 +68,7 @@ def max_runs(variants: int) -> int:
     return 2 + MAX_RUNS_PER_VARIANT * variants
 
 
-class _MatrixRun:
+class MatrixRun:
     """The staged protocol of :func:`run_matrix`, over two workers sharing one result queue."""
 
     def __init__(self, *, layout: Layout, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
@@ -94,6 +103,9 @@ class _MatrixRun:
         self.rechecks: list[SuiteRun] = []
         self.late = 0  # confirming and continuing runs sent
         self.carried: dict[str, int] = {}  # continuations sent, by mutant
+        self.more: dict[str, list[SuiteRun]] = {}  # a mutant's further confirming runs (UNDER_CHANCE)
+        self.held_once: set[str] = set()  # mutants whose kills held in their first confirming run only
+        self.chancy = False  # a test passed and failed on one variant: every kill needs UNDER_CHANCE confirmations
         self.chance = random.SystemRandom()
         self.time_limits: dict[str, float] = {}  # each test's limit away from the reference
         # Two workers under two hash seeds, each running the reference at once, so that a test
@@ -242,6 +254,10 @@ class _MatrixRun:
                 self._mutant_result(run)
             if not self.settled and len(references) == 2 and not waiting_wheats:
                 self._settle(list(references.values()), wheats)
+            if not self.chancy and self.stop is None and self._chance_shown():
+                self.chancy = True
+                for held in sorted(self.held_once):
+                    self._confirm_again(self.variants[held])
             self._dispatch()
         self.release()
         return self._matrix(wheats, mutants)
@@ -342,22 +358,36 @@ class _MatrixRun:
         if run.purpose is Purpose.RECHECK:
             self.rechecks.append(run)
             return
+        if run.purpose is Purpose.CONFIRMING_AGAIN:
+            self.more.setdefault(run.variant, []).append(run)
+            return
         second = run.purpose in (Purpose.CONFIRMING, Purpose.SECOND_SEED)
         (self.second if second else self.first).setdefault(run.variant, run)
 
     def _mutant_result(self, run: SuiteRun) -> None:
         variant = self.variants[run.variant]
+        if run.purpose is Purpose.CONFIRMING_AGAIN:
+            # Whether its kills held once more is read from the matrix; a kill that did not is
+            # not carried on from: the grading has shown chance, which earns no more tries.
+            self.more.setdefault(run.variant, []).append(run)
+            return
         if run.purpose is Purpose.CONFIRMING:
             self.second[run.variant] = run
+            self.more.pop(run.variant, None)
             first = self.first[run.variant]
             kills = [r.test_id for r in first.results if r.outcome.kills]
             unconfirmed = [t for t in kills if not run.outcome(t).kills]
             rest = [r.test_id for r in first.results if r.outcome is Outcome.NOT_RUN
                     and r.test_id in self.valid]
-            if unconfirmed and len(unconfirmed) == len(kills) and rest:
-                # Its only kill did not hold up under the other seed: carry on with the tests
-                # it stopped before, a bounded number of times.
-                self._carry_on(variant, rest)
+            if unconfirmed and len(unconfirmed) == len(kills):
+                if rest:
+                    # Its only kill did not hold up under the other seed: carry on with the
+                    # tests it stopped before, a bounded number of times.
+                    self._carry_on(variant, rest)
+            elif self.chancy:
+                self._confirm_again(variant)
+            else:
+                self.held_once.add(variant.id)
             return
         seed = run.hash_seed  # the seed its kills were found under
         if run.purpose is Purpose.CONTINUING:
@@ -374,12 +404,35 @@ class _MatrixRun:
         if killed:
             # Every kill counts only once it fails again under the other seed (a test that draws
             # chance draws the same under one seed on every variant: this is the second wall).
-            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=killed,
+            # The tests it passed are reported again too (they ran before the kill, so the run
+            # is no longer): one whose result changed on the same mutant depends on chance, a
+            # clock say, and counts for nothing (grader.core.matrix.Matrix.differs_between_runs).
+            passed = [r.test_id for r in run.results if r.outcome is Outcome.PASSED]
+            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=killed + passed,
                                       time_limits=self.time_limits, purpose=Purpose.CONFIRMING,
                                       seed=self._other_seed(seed)))
 
     def _other_seed(self, seed: int) -> int:
         return self.seed_two.hash_seed if seed == self.seed_one.hash_seed else self.seed_one.hash_seed
+
+    def _chance_shown(self) -> bool:
+        """Whether some test has passed and failed on one variant (the reference's runs and its
+        rechecks; a wheat's or a mutant's first and confirming runs)."""
+        reference = [run for run in (self.first.get("reference"), self.second.get("reference"), *self.rechecks)
+                     if run is not None]
+        others = [[self.first[v], self.second[v], *self.more.get(v, ())] for v in self.second
+                  if v != "reference" and v in self.first]
+        return chance_shown([reference, *others])
+
+    def _confirm_again(self, variant: Variant) -> None:
+        """The grading has shown chance: ``variant``'s kills, which held in its first confirming
+        run, count only if they hold in one more run under each seed (:data:`UNDER_CHANCE`)."""
+        self.held_once.discard(variant.id)
+        first = self.first[variant.id]
+        select = [r.test_id for r in first.results if r.outcome.kills or r.outcome is Outcome.PASSED]
+        for seed in (self.seed_one.hash_seed, self.seed_two.hash_seed)[:UNDER_CHANCE - 1]:
+            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=select,
+                                      time_limits=self.time_limits, purpose=Purpose.CONFIRMING_AGAIN, seed=seed))
 
     def _carry_on(self, variant: Variant, rest: list[str]) -> None:
         carried = self.carried.get(variant.id, 0)
@@ -460,7 +513,9 @@ class _MatrixRun:
                 empty = SuiteRun(variant=variant.id, hash_seed=FIRST_HASH_SEED)
                 self.first[variant.id] = self._explain(run or empty, variant.kind)
         return Matrix(first=self.first, second=self.second, rechecks=tuple(self.rechecks), budget_stop=self.stop,
-                      cpu_s=round(self.budget.spent, 3), runs=self.received)
+                      cpu_s=round(self.budget.spent, 3), runs=self.received,
+                      more={v: tuple(runs) for v, runs in self.more.items()},
+                      confirmations=UNDER_CHANCE if self.chancy else 1)
 
 
 def run_matrix(
@@ -500,84 +555,9 @@ def run_matrix(
             raise ValueError("a grading runs on its launched workers or on a pool's, not both")
         return pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix,
                                not_counted=not_counted)
-    matrix_run = _MatrixRun(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
+    matrix_run = MatrixRun(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
                             full_matrix=full_matrix, launched=launched, not_counted=not_counted)
     try:
         return matrix_run.run()
     finally:
         matrix_run.release()
-
-
-class WorkerPool:
-    """Two workers (hash seeds 1 and 2) kept warm for one grading after another: a batch pays
-    their start-up (numpy, pytest, pytest's configuration) once, not once per submission.
-
-    Each grading stages its tests into both workers' private folders and removes them after;
-    between gradings a worker empties its private temporary folder and sets pytest up afresh,
-    and it never runs submitted code itself (only its children do), so nothing of one
-    submission reaches the next. A grading that goes wrong (the budget ran out, a worker died
-    or hung) stops both workers; the next grading starts new ones. Workers are replaced after
-    ``max_gradings`` too. Close the pool when done (or use it as a context manager).
-
-    Args:
-        layout: where the reference package is (the workers grade its variants).
-        limits: the sandbox mode and limits the workers start under, and their ``jobs``.
-        max_gradings: how many gradings a pair of workers does before it is replaced.
-    """
-
-    def __init__(self, *, layout: Layout, limits: RunLimits, max_gradings: int = 50) -> None:
-        self.layout = layout
-        self.limits = limits
-        self.max_gradings = max_gradings
-        self._pair: tuple[WorkerProcess, WorkerProcess] | None = None
-        self._gradings = 0
-
-    def _workers(self) -> tuple[WorkerProcess, WorkerProcess]:
-        pair = self._pair
-        if pair is not None and (any(w.closed for w in pair) or self._gradings >= self.max_gradings):
-            self.close()
-            pair = None
-        if pair is None:
-            results: queue.Queue[WorkerResult] = queue.Queue()
-            seed_two = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=SECOND_HASH_SEED,
-                                     limits=self.limits, results=results, hide_source=True)
-            try:
-                seed_one = WorkerProcess(layout=self.layout, tests_dir=None, hash_seed=FIRST_HASH_SEED,
-                                         limits=self.limits, results=results, hide_source=True)
-            except BaseException:
-                seed_two.close()
-                raise
-            pair = self._pair = (seed_one, seed_two)
-            self._gradings = 0
-        return pair
-
-    def run_matrix(self, *, tests_dir: Path, variants: Sequence[Variant], limits: RunLimits,
-                   full_matrix: bool = False, not_counted: Callable[[str], str | None] | None = None) -> Matrix:
-        """:func:`run_matrix` on the pool's workers (``limits.sandbox`` must be the pool's)."""
-        if SandboxMode(limits.sandbox) is not SandboxMode(self.limits.sandbox):
-            raise ValueError(f"the pool's workers run under sandbox mode {self.limits.sandbox}, not {limits.sandbox}")
-        pair = self._workers()
-        self._gradings += 1
-        try:
-            for worker in pair:
-                worker.begin(tests_dir, limits)
-            matrix_run = _MatrixRun(layout=self.layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                                    full_matrix=full_matrix, launched=None, pooled=pair, not_counted=not_counted)
-            return matrix_run.run()
-        except BaseException:
-            self.close()
-            raise
-        finally:
-            for worker in pair:
-                worker.end()
-
-    def close(self) -> None:
-        if self._pair is not None:
-            close_all(self._pair)
-            self._pair = None
-
-    def __enter__(self) -> WorkerPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

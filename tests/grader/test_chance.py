@@ -39,7 +39,7 @@ def test_luck_{i}():
     i = {i}
     assert {expression} > 0.08
 ''' for i in range(count))
-    header = "import os\nimport random\nimport secrets\nimport uuid\n\nimport numpy as np\n"
+    header = "import os\nimport random\nimport secrets\nimport time\nimport uuid\n\nimport numpy as np\n"
     (folder / "test_luck.py").write_text(header + tests)
     return folder
 
@@ -54,6 +54,28 @@ def test_a_suite_of_luck_kills_no_mutant(tmp_path, source, module):
                          policy=False, audience="staff")
     valid = [t for t in report.tests if t.status.value == "valid"]
     assert valid, "no test passed the reference and the wheats: the probe proves nothing"
+    assert report.score.killed == 0, [(m.id, m.killed_by) for m in report.mutants if m.killed]
+
+
+# Sources no seed governs: the clocks (the microseconds of a read differ from run to run).
+CLOCKS = {
+    "perf_counter": "(time.perf_counter_ns() // 1000) % 1000 / 1000",
+    "monotonic": "(time.monotonic_ns() // 1000) % 991 / 991",
+    "thread_time": "(time.thread_time_ns() // 1000) % 983 / 983",
+    "time": "(time.time_ns() // 1000) % 997 / 997",
+}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+@pytest.mark.parametrize("clock", sorted(CLOCKS))
+def test_a_suite_of_clock_luck_kills_no_mutant(tmp_path, clock, module):
+    """The same forty tests drawing from a clock instead: no seed makes a clock read the same in
+    two runs, so each test passes or fails at random on every variant. Before, about a quarter
+    of the mutants were killed so (3 or 4 of 12); now a test seen to pass and fail on one variant
+    is flaky, and once one is seen every kill must hold in three confirming runs."""
+    report = grade_suite(_suite(tmp_path / "tests", CLOCKS[clock], 40), layout=MODULES[module], assignment=FAST,
+                         policy=False, audience="staff")
+    assert any(t.status.value == "flaky" for t in report.tests), "no test was seen to depend on chance"
     assert report.score.killed == 0, [(m.id, m.killed_by) for m in report.mutants if m.killed]
 
 

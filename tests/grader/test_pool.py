@@ -13,7 +13,7 @@ from grader.flows.grading import grade_suite
 from grader.core.models import Outcome, TestStatus
 from grader.core.paths import default_layout, layout_for
 from grader.run.runner import RunLimits
-from grader.run.scheduler import WorkerPool
+from grader.run.pool import WorkerPool
 
 LAYOUT = default_layout()
 ASSIGNMENT = load_assignment(LAYOUT.assignment)

@@ -21,7 +21,7 @@ from grader.core.paths import default_layout, layout_for
 from grader.core.variants import build_variants
 from grader.flows.grading import grade_suite
 from grader.run.runner import RunLimits, WorkerProcess
-from grader.run.scheduler import WorkerPool
+from grader.run.pool import WorkerPool
 from tests.limits import unbudgeted
 
 LAYOUT = default_layout()

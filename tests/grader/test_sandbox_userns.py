@@ -275,7 +275,7 @@ from pathlib import Path
 from grader.core.assignment import load_assignment
 from grader.flows.grading import grade_suite
 from grader.run.runner import RunLimits
-from grader.run.scheduler import WorkerPool
+from grader.run.pool import WorkerPool
 from grader.core.paths import default_layout
 from grader.sandbox.users import user_processes
 

@@ -2,7 +2,7 @@
 
 The stand-ins answer each run from a table, as a worker would (only the tests selected, a
 mutant's run stopping at its first kill), and share one result queue whose order the test sets.
-The schedule is driven through ``_MatrixRun`` with ``pooled`` workers, as ``WorkerPool`` does:
+The schedule is driven through ``MatrixRun`` with ``pooled`` workers, as ``WorkerPool`` does:
 ``run_matrix`` itself starts real workers.
 """
 
@@ -23,7 +23,7 @@ from grader.core.paths import default_layout
 from grader.core.scoring import score_suite
 from grader.core.variants import Variant, VariantKind, VariantSpec
 from grader.run.runner import RunLimits, WorkerLost, WorkerResult
-from grader.run.scheduler import MAX_CONTINUATIONS, _MatrixRun
+from grader.run.scheduler import MAX_CONTINUATIONS, UNDER_CHANCE, MatrixRun
 
 P, F, T, E = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.ERROR
 FIRST, CONFIRMING, CONTINUING = Purpose.FIRST, Purpose.CONFIRMING, Purpose.CONTINUING
@@ -106,6 +106,7 @@ class World:
 
     outcomes: Table = field(default_factory=dict)
     confirm: Table = field(default_factory=dict)
+    again: Table = field(default_factory=dict)  # a further confirming run's outcomes, under either seed
     durations: dict[str, float] = field(default_factory=dict)
     cpu_s: float = 0.01
     last: tuple[str, ...] = ()
@@ -144,6 +145,8 @@ class World:
     def table(self, variant: str, seed: int, purpose: Purpose) -> dict[str, Outcome]:
         if purpose is CONFIRMING and variant in self.confirm:
             return self.confirm[variant]
+        if purpose is Purpose.CONFIRMING_AGAIN and variant in self.again:
+            return self.again[variant]
         return self.outcomes.get(f"{variant}@{seed}", self.outcomes.get(variant, {}))
 
     def _answer(self, worker: FakeWorker, run: WorkerRun) -> SuiteRun:
@@ -179,7 +182,7 @@ class World:
 def _grade(world: World, *, full_matrix: bool = False, chance: int = 0, limits: RunLimits | None = None,
            variants: Iterable[Variant] = VARIANTS) -> tuple[Matrix, tuple[FakeWorker, FakeWorker]]:
     workers = (FakeWorker(1, world), FakeWorker(2, world))
-    matrix_run = _MatrixRun(layout=default_layout(), tests_dir=Path("/nowhere"), variants=list(variants),
+    matrix_run = MatrixRun(layout=default_layout(), tests_dir=Path("/nowhere"), variants=list(variants),
                             limits=limits or _limits(), full_matrix=full_matrix, launched=None, pooled=workers)
     matrix_run.chance = random.Random(chance)  # the order of the runs, and when the reference is run again
     return matrix_run.run(), workers
@@ -313,13 +316,49 @@ def test_every_kill_gets_a_confirming_run_under_the_other_seed(chance: int) -> N
     for mutant, test in (("m1", "t::b"), ("m2", "t::a"), ("m3", "t::c")):
         (first,) = world.runs_of(mutant, FIRST)
         (confirming,) = world.runs_of(mutant, CONFIRMING)
-        assert confirming.run.select == [test]
+        # The killing test, and the tests the first run passed before it, reported again.
+        assert confirming.run.select == [test, *TESTS[:TESTS.index(test)]]
         assert confirming.seed != first.seed  # under the other seed
         assert matrix.second[mutant].purpose is CONFIRMING
         assert matrix.confirmed_failure(test, mutant)
     # Confirming runs come late: the reference is run again alongside, now and then.
     late = world.log.index(min((world.runs_of(m, CONFIRMING)[0] for m in MUTANTS), key=world.log.index))
     assert all(s.run.variant in ("reference", *MUTANTS) for s in world.log[late:])
+
+
+@CHANCES
+def test_a_grading_that_shows_no_chance_confirms_each_kill_once(chance: int) -> None:
+    world = World(outcomes={"m1": {"t::c": F}, "m2": {"t::b": F}}, confirm={"m1": {"t::c": F}, "m2": {"t::b": F}})
+    matrix, _ = _grade(world, chance=chance)
+    assert not [s for s in world.log if s.run.purpose is Purpose.CONFIRMING_AGAIN]
+    assert matrix.confirmations == 1 and matrix.more == {}
+    assert matrix.confirmed_failure("t::c", "m1") and matrix.confirmed_failure("t::b", "m2")
+
+
+@CHANCES
+def test_once_a_test_passed_and_failed_on_one_mutant_each_kill_needs_a_run_more_under_each_seed(chance: int) -> None:
+    """A clock can decide a test's verdict, and no seed governs a clock. Once the grading has
+    shown such a test (t::a passed on m2, then failed there in the confirming run), every kill
+    counts only if it holds in one more run under each seed too, and one that does not is not
+    carried on from."""
+    world = World(outcomes={"m1": {"t::c": F}, "m2": {"t::b": F}},
+                  confirm={"m1": {"t::c": F}, "m2": {"t::a": F, "t::b": F}},
+                  again={"m1": {"t::c": F}, "m2": {"t::b": P}})
+    matrix, _ = _grade(world, chance=chance)
+    assert matrix.confirmations == UNDER_CHANCE == 3
+    for mutant in ("m1", "m2"):
+        again = world.runs_of(mutant, Purpose.CONFIRMING_AGAIN)
+        assert sorted(s.seed for s in again) == [1, 2], again  # one under each seed
+        assert len(matrix.more[mutant]) == 2
+    assert matrix.confirmed_failure("t::c", "m1")
+    assert not matrix.confirmed_failure("t::b", "m2")
+    assert not world.runs_of("m2", CONTINUING)
+    assert matrix.differs_between_runs("t::a", "m2") and not matrix.differs_between_runs("t::c", "m1")
+    report = score_suite(submission="s", matrix=matrix, variants=VARIANTS, assignment=load_assignment(
+        default_layout().assignment), audience="staff")
+    status = {t.id: t.status.value for t in report.tests}
+    assert status["t::a"] == "flaky" and status["t::c"] == "valid", status
+    assert [m.id for m in report.mutants if m.killed] == ["m1"]
 
 
 @CHANCES
