@@ -14,9 +14,11 @@ __all__ = ["BudgetStop", "Matrix", "chance_shown", "differ"]
 
 
 def chance_shown(groups: list[list[SuiteRun]]) -> bool:
-    """Whether some test passed and failed (or raised) in two runs of one group, each group
-    the runs of one variant: the variant was the same, so that test's result is chance's
-    (:func:`differ`, for every test at once)."""
+    """Whether some test passed and failed (or raised, or ran past its limit) in two runs of one
+    group, each group the runs of one variant: the variant was the same, so that test's result
+    is chance's. A time-out counts here, not in :func:`differ`: a test that sleeps by the clock
+    shows chance as surely as one that fails by it, while an honest test near its limit only
+    costs the grading more confirming runs."""
     for runs in groups:
         seen: dict[str, set[Outcome]] = {}
         for run in runs:
@@ -24,7 +26,8 @@ def chance_shown(groups: list[list[SuiteRun]]) -> bool:
                 continue
             for result in run.results:
                 seen.setdefault(result.test_id, set()).add(result.outcome)
-        if any(Outcome.PASSED in outcomes and outcomes & {Outcome.FAILED, Outcome.ERROR} for outcomes in seen.values()):
+        failing = {Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT}
+        if any(Outcome.PASSED in outcomes and outcomes & failing for outcomes in seen.values()):
             return True
     return False
 

@@ -79,6 +79,28 @@ def test_a_suite_of_clock_luck_kills_no_mutant(tmp_path, clock, module):
     assert report.score.killed == 0, [(m.id, m.killed_by) for m in report.mutants if m.killed]
 
 
+# Time-outs cheap enough for a test: a test sleeping past its limit on the reference costs 0.5 s,
+# on a mutant 0.2 s.
+SLEEPY = Assignment(name="test", threshold=0.70, allow_invalid_tests=True,
+                    limits=Limits(test_timeout_s=0.5, timeout_floor_s=0.2, run_timeout_s=60.0, budget_wall_s=110.0))
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_suite_that_sleeps_past_its_limit_by_the_clock_kills_no_mutant(tmp_path, module):
+    """A time-out kills too, and a time limit is the machine's verdict, so a test that passed and
+    then ran past its limit on one variant is not called flaky for it. But such a test shows
+    chance as surely as one that fails by the clock: the grading asks three confirming runs of
+    every kill, and a suite sleeping at random earns nothing."""
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    folder.joinpath("test_sleepy.py").write_text("import time\n" + "".join(
+        f"\n\ndef test_sleepy_{i}():\n    if {CLOCKS['perf_counter']} < 0.08:\n        time.sleep(5)\n"
+        for i in range(40)))
+    report = grade_suite(folder, layout=MODULES[module], assignment=SLEEPY, policy=False, audience="staff")
+    assert report.timing.runs > 40, report.timing  # it ran to its confirmations, within the budget
+    assert report.score.killed == 0, [(m.id, m.killed_by) for m in report.mutants if m.killed]
+
+
 def test_draws_are_the_same_under_one_seed_and_differ_between_seeds():
     import os
     import random

@@ -362,6 +362,17 @@ def test_once_a_test_passed_and_failed_on_one_mutant_each_kill_needs_a_run_more_
 
 
 @CHANCES
+def test_a_time_out_that_comes_and_goes_on_one_mutant_asks_more_confirmations_but_is_no_flakiness(chance: int) -> None:
+    world = World(outcomes={"m1": {"t::c": F}, "m2": {"t::b": F}},
+                  confirm={"m1": {"t::c": F}, "m2": {"t::a": T, "t::b": F}}, again={"m1": {"t::c": F}, "m2": {"t::b": F}})
+    matrix, _ = _grade(world, chance=chance)
+    assert matrix.confirmations == UNDER_CHANCE
+    assert len(world.runs_of("m1", Purpose.CONFIRMING_AGAIN)) == len(world.runs_of("m2", Purpose.CONFIRMING_AGAIN)) == 2
+    assert not matrix.differs_between_runs("t::a", "m2")  # a time limit is the machine's verdict
+    assert matrix.confirmed_failure("t::c", "m1") and matrix.confirmed_failure("t::b", "m2")
+
+
+@CHANCES
 def test_a_kill_that_does_not_hold_under_the_other_seed_counts_for_nothing(chance: int) -> None:
     """A test whose verdict is chance's: under one seed it fails on the mutant, under the other
     it passes. Whatever it failed with, it kills nothing."""
