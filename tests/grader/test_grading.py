@@ -355,3 +355,24 @@ def test_the_course_tests_renamed_and_reformatted_do_not_pass_either(tmp_path):
         assert f"copied from the course tests: assignments/l3-3-gru/tests/test_gru_properties.py::{name} (similarity 1.00)" \
             in done.stdout
     assert "test_mine.py::test_mine_" in done.stdout and "COPIED" in done.stdout
+
+
+@pytest.mark.parametrize("disguised", [False, True])
+def test_the_lstm_course_tests_handed_in_as_ones_own_do_not_pass(tmp_path, disguised):
+    """The same for the LSTM's course tests, as they are and renamed, reformatted and reordered."""
+    from grader.core.paths import layout_for
+    from tests.disguise import disguise
+
+    layout = layout_for(LAYOUT.root, "l3-2-lstm")
+    source = (layout.course_tests / "test_lstm_properties.py").read_text()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mine.py").write_text(disguise(source) if disguised else source)
+    report = grade_suite(tmp_path / "tests", layout=layout, assignment=load_assignment(layout.assignment),
+                         audience="staff")
+    assert not report.passed
+    copied = [t for t in report.tests if t.status is TestStatus.COPIED]
+    others = [t for t in report.tests if t.status is not TestStatus.COPIED]
+    assert len(copied) == 6 and len(others) == 1, [(t.id, t.status) for t in report.tests]
+    assert all(t.reason.startswith("copied from the course tests: assignments/l3-2-lstm/tests/test_lstm_properties.py::")
+               and not t.valid and t.kills == [] for t in copied)
+    assert all(m.killed_by in ([], [others[0].id]) for m in report.mutants)  # the given hand example alone
