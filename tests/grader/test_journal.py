@@ -503,3 +503,32 @@ def test_a_students_package_runs_only_in_the_implementation_process(tmp_path):
     odd = outcomes["test_a_tensor_whose_data_is_no_numbers_is_an_error_of_that_test"]
     assert odd.outcome is Outcome.FAILED and "must be of plain numbers" in odd.message, odd
     assert outcomes["test_the_next_test_still_reaches_the_implementation"].outcome is Outcome.PASSED
+
+
+def test_an_lstm_recorded_implementation_that_rewrites_the_reported_outcomes_does_not_verify(tmp_path):
+    """The same forgery in the LSTM's bundled journal: green 2 recorded with red 1's lstm.py (no
+    LSTM yet) and the forged report appended; its replay reports the tests that failed."""
+    from grader.core.paths import layout_for
+
+    layout = layout_for(LAYOUT.root, "l3-2-lstm")
+    repo = tmp_path / "lstm-student"
+    shutil.copytree(LAYOUT.examples / "lstm-student", repo, ignore=shutil.ignore_patterns("__pycache__"))
+    module = layout.module_file  # tinyllm/rnn/lstm.py
+
+    def forge(entries):
+        impl = dict(entries[0]["impl"])
+        tampered = (repo / ".tdd" / "blobs" / impl[module]).read_bytes() + REPORT_EVERYTHING_PASSED.encode()
+        digest = sha256_bytes(tampered)
+        (repo / ".tdd" / "blobs" / digest).write_bytes(tampered)
+        entries[1]["impl"] = {**impl, module: digest}
+        return entries
+
+    honest = verify_journal(journal_of(repo), repo / layout.student_tests, layout=layout,
+                            limits=RunLimits.of(load_assignment(layout.assignment)))
+    assert honest.ok, honest.problems
+    rewrite(repo, forge)
+    summary = verify_journal(journal_of(repo), repo / layout.student_tests, layout=layout,
+                             limits=RunLimits.of(load_assignment(layout.assignment)))
+    assert not summary.ok
+    assert "entry 2 (green): test test_lstm.py::test_one_unit_worked_by_hand: failed when its green snapshot was " \
+           "replayed, but a green must pass" in summary.problems, summary.problems
