@@ -22,7 +22,7 @@ def chance_shown(groups: list[list[SuiteRun]]) -> bool:
     for runs in groups:
         seen: dict[str, set[Outcome]] = {}
         for run in runs:
-            if run.crashed or run.budget_exceeded:
+            if run.budget_exceeded:  # the grading's budget stopped it: nothing of the tests
                 continue
             for result in run.results:
                 seen.setdefault(result.test_id, set()).add(result.outcome)
@@ -35,8 +35,9 @@ def chance_shown(groups: list[list[SuiteRun]]) -> bool:
 def differ(runs: list[SuiteRun], test_id: str) -> bool:
     """Whether ``test_id`` passed in one of ``runs`` (of one variant) and failed or raised in
     another. Time-outs are left out (a time limit is the machine's verdict, not the test's), and
-    so is a run that did not finish."""
-    finished = [run for run in runs if not run.crashed and not run.budget_exceeded]
+    so is a run the grading's budget stopped. A run that died counts: its tests not reported
+    raised (a test may end its own process by chance, as surely as fail by it)."""
+    finished = [run for run in runs if not run.budget_exceeded]
     outcomes = {run.outcome(test_id) for run in finished}
     return Outcome.PASSED in outcomes and bool(outcomes & {Outcome.FAILED, Outcome.ERROR})
 

@@ -147,8 +147,8 @@ def _classify(test_id: str, matrix: Matrix, wheats: list[Variant], mutants: list
             "different hash seeds: its result depends on chance, not on the implementation"
         )
     for again in matrix.rechecks:
-        if again.crashed or again.budget_exceeded or test_id not in again.test_ids:
-            continue  # a run that did not finish says nothing about the test
+        if again.budget_exceeded or test_id not in again.test_ids:
+            continue  # a run the budget stopped says nothing about the test (one that died does)
         late = again.outcome(test_id)
         if late not in (Outcome.PASSED, Outcome.NOT_RUN):
             return TestStatus.FLAKY, (

@@ -323,7 +323,9 @@ class MatrixRun:
         """A confirming or continuing run (a mutant's, or a wheat's): now and then the reference
         goes with it, at random, so that coming late says nothing about the variant."""
         self.late += 1
-        recheck = self.chance.randrange(RECHECK_EVERY) == 0 or self.late == 2
+        # Once the grading has shown chance, every late run has the reference beside it: a test
+        # that fails by the clock once the grading runs late fails there too.
+        recheck = self.chancy or self.chance.randrange(RECHECK_EVERY) == 0 or self.late == 2
         reference = next(v for v in self.variants.values() if v.kind is VariantKind.REFERENCE)
         again = WorkerRun(variant=reference.id, source=reference.source, purpose=Purpose.RECHECK,
                           time_limits=run.time_limits, select=run.select, seed=run.seed)

@@ -101,6 +101,24 @@ def test_a_suite_that_sleeps_past_its_limit_by_the_clock_kills_no_mutant(tmp_pat
     assert report.score.killed == 0, [(m.id, m.killed_by) for m in report.mutants if m.killed]
 
 
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_suite_whose_runs_end_themselves_at_a_random_test_kills_no_mutant(tmp_path, module):
+    """A run whose process dies reports every test it had not finished as raised, a kill on a
+    mutant. Fifty tests, one clock draw per run naming the test that ends the process
+    (``os._exit(0)``): a mutant whose first and confirming runs both died early enough was
+    killed, since a run that died was left out of the chance rules (before: 2 to 4 of the LSTM's
+    15 mutants in each grading, 5 kills in 11 gradings of the GRU). A run that died counts now."""
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    draw = "(time.perf_counter_ns() // 1000) * 2654435761 % 2**32 * 51 // 2**32"
+    folder.joinpath("test_ends.py").write_text(f"import os\nimport time\n\nAT = {draw}\n" + "".join(
+        f"\n\ndef test_ends_{i:03d}():\n    if AT == {i}:\n        os._exit(0)\n" for i in range(50)))
+    for _ in range(3):  # a grading takes a second or two: three of them, for three chances to be lucky
+        report = grade_suite(folder, layout=MODULES[module], assignment=FAST, policy=False, audience="staff")
+        assert any(t.status.value == "flaky" for t in report.tests), [(t.id, t.status.value) for t in report.tests]
+        assert report.score.killed == 0, [(m.id, m.killed_by) for m in report.mutants if m.killed]
+
+
 def test_draws_are_the_same_under_one_seed_and_differ_between_seeds():
     import os
     import random

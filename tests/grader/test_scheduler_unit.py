@@ -353,6 +353,11 @@ def test_once_a_test_passed_and_failed_on_one_mutant_each_kill_needs_a_run_more_
     assert matrix.confirmed_failure("t::c", "m1")
     assert not matrix.confirmed_failure("t::b", "m2")
     assert not world.runs_of("m2", CONTINUING)
+    # Each of those runs has the reference beside it, in its shape: a test failing once the
+    # grading runs late (by the clock) fails there too.
+    again = [s for s in world.log if s.run.purpose is Purpose.CONFIRMING_AGAIN]
+    rechecks = [(s.seed, s.run.select) for s in world.runs_of("reference", Purpose.RECHECK)]
+    assert all((s.seed, s.run.select) in rechecks for s in again), (again, rechecks)
     assert matrix.differs_between_runs("t::a", "m2") and not matrix.differs_between_runs("t::c", "m1")
     report = score_suite(submission="s", matrix=matrix, variants=VARIANTS, assignment=load_assignment(
         default_layout().assignment), audience="staff")
