@@ -254,7 +254,7 @@ class MatrixRun:
                 self._mutant_result(run)
             if not self.settled and len(references) == 2 and not waiting_wheats:
                 self._settle(list(references.values()), wheats)
-            if not self.chancy and self.stop is None and self._chance_shown():
+            if not self.chancy and self.stop is None and self._chance_shown(run.variant):
                 self.chancy = True
                 for held in sorted(self.held_once):
                     self._confirm_again(self.variants[held])
@@ -417,14 +417,14 @@ class MatrixRun:
     def _other_seed(self, seed: int) -> int:
         return self.seed_two.hash_seed if seed == self.seed_one.hash_seed else self.seed_one.hash_seed
 
-    def _chance_shown(self) -> bool:
-        """Whether some test has passed and failed on one variant (the reference's runs and its
-        rechecks; a wheat's or a mutant's first and confirming runs)."""
-        reference = [run for run in (self.first.get("reference"), self.second.get("reference"), *self.rechecks)
-                     if run is not None]
-        others = [[self.first[v], self.second[v], *self.more.get(v, ())] for v in self.second
-                  if v != "reference" and v in self.first]
-        return chance_shown([reference, *others])
+    def _chance_shown(self, variant: str) -> bool:
+        """Whether some test has passed and failed on ``variant``, whose run just came in (the
+        reference's runs and its rechecks; a wheat's or a mutant's first and confirming runs)."""
+        if variant == "reference":
+            runs = [self.first.get("reference"), self.second.get("reference"), *self.rechecks]
+        else:
+            runs = [self.first.get(variant), self.second.get(variant), *self.more.get(variant, ())]
+        return chance_shown([[run for run in runs if run is not None]])
 
     def _confirm_again(self, variant: Variant) -> None:
         """The grading has shown chance: ``variant``'s kills, which held in its first confirming
