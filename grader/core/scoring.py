@@ -113,9 +113,9 @@ _BY_CHANCE = (
 
 # A mutant is named by no reason (a student may not read a hidden one's name).
 _ON_A_MUTANT = (
-    "passed on a mutant in one run and failed on the same mutant in another (under the other hash seed): "
-    "the implementation was the same, so its result depends on chance (a clock, or other numbers it draws), "
-    "and it counts for nothing; make it deterministic"
+    "passed on a mutant in one run and failed or raised on the same mutant in another (or its run ended there): "
+    "the implementation was the same, so its result depends on chance (a clock, or numbers it draws without a "
+    "seed of its own), and it counts for nothing; make it deterministic"
 )
 
 
