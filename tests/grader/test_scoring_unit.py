@@ -363,3 +363,26 @@ def test_a_copy_of_a_course_test_is_not_valid_and_kills_nothing(variants: list[V
     lenient = assignment.model_copy(update={"allow_invalid_tests": True})
     again = score_suite(submission="s", matrix=matrix, variants=variants, assignment=lenient, copies=copies)
     assert again.score.killed == 0 and not any("not valid" in str(r) for r in again.reasons)
+
+
+@pytest.mark.parametrize("crashed, budget", [("", ""), ("the run's process exited with status 0", ""),
+                                             ("", "t_b")])
+def test_a_test_that_passed_and_failed_on_one_mutant_is_flaky_unless_a_budget_stopped_the_run(
+        variants: list[Variant], assignment: Assignment, crashed: str, budget: str) -> None:
+    """t_b passed on s01 in its first run (before t_c's kill) and raised in the confirming run, or
+    the confirming run ended there: chance's, whatever the seed, and a hidden mutant is not named.
+    A run the grading's budget stopped says nothing of the tests it did not finish."""
+    mutants = _ids(variants, VariantKind.MUTANT)
+    matrix = _matrix(variants, ["t_b", "t_c"], cells=_kills("t_c", mutants),
+                     confirmations={"s01": {"t_b": Outcome.ERROR, "t_c": F}})
+    if crashed or budget:
+        confirming = matrix.second["s01"].model_copy(update={"crashed": crashed, "budget_exceeded": budget})
+        matrix = Matrix(first=matrix.first, second={**matrix.second, "s01": confirming})
+    report = score_suite(submission="s", matrix=matrix, variants=variants, assignment=assignment, audience="student")
+    [t_b] = [t for t in report.tests if t.id == "t_b"]
+    if budget:
+        assert t_b.status is TestStatus.VALID
+        return
+    assert t_b.status is TestStatus.FLAKY and not t_b.valid
+    assert t_b.reason.startswith("passed on a mutant in one run and failed or raised on the same mutant in another")
+    assert "s01" not in t_b.reason
