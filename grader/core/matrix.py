@@ -13,23 +13,25 @@ from grader.core.models import Budget, Outcome, SuiteRun
 __all__ = ["BudgetStop", "Matrix", "chance_shown", "differ"]
 
 
-def chance_shown(groups: list[list[SuiteRun]]) -> bool:
-    """Whether some test passed and failed (or raised, or ran past its limit) in two runs of one
-    group, each group the runs of one variant: the variant was the same, so that test's result
-    is chance's. A time-out counts here, not in :func:`differ`: a test that sleeps by the clock
-    shows chance as surely as one that fails by it, while an honest test near its limit only
-    costs the grading more confirming runs."""
-    for runs in groups:
-        seen: dict[str, set[Outcome]] = {}
-        for run in runs:
-            if run.budget_exceeded:  # the grading's budget stopped it: nothing of the tests
-                continue
+_FAILING = frozenset({Outcome.FAILED, Outcome.ERROR})
+
+
+def _split(outcomes: set[Outcome], failing: frozenset[Outcome]) -> bool:
+    return Outcome.PASSED in outcomes and bool(outcomes & failing)
+
+
+def chance_shown(runs: list[SuiteRun]) -> bool:
+    """Whether some test passed and failed (or raised, or ran past its limit) in two of ``runs``,
+    the runs of one variant: the variant was the same, so that test's result is chance's. A
+    time-out counts here, not in :func:`differ`: a test that sleeps by the clock shows chance as
+    surely as one that fails by it, while an honest test near its limit only costs the grading
+    more confirming runs. A run the grading's budget stopped is left out."""
+    seen: dict[str, set[Outcome]] = {}
+    for run in runs:
+        if not run.budget_exceeded:
             for result in run.results:
                 seen.setdefault(result.test_id, set()).add(result.outcome)
-        failing = {Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT}
-        if any(Outcome.PASSED in outcomes and outcomes & failing for outcomes in seen.values()):
-            return True
-    return False
+    return any(_split(outcomes, _FAILING | {Outcome.TIMEOUT}) for outcomes in seen.values())
 
 
 def differ(runs: list[SuiteRun], test_id: str) -> bool:
@@ -37,9 +39,7 @@ def differ(runs: list[SuiteRun], test_id: str) -> bool:
     another. Time-outs are left out (a time limit is the machine's verdict, not the test's), and
     so is a run the grading's budget stopped. A run that died counts: its tests not reported
     raised (a test may end its own process by chance, as surely as fail by it)."""
-    finished = [run for run in runs if not run.budget_exceeded]
-    outcomes = {run.outcome(test_id) for run in finished}
-    return Outcome.PASSED in outcomes and bool(outcomes & {Outcome.FAILED, Outcome.ERROR})
+    return _split({run.outcome(test_id) for run in runs if not run.budget_exceeded}, _FAILING)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,13 @@ MAX_RUNS_PER_VARIANT = 6  # a grading's runs, at most this many per variant (see
 _WALL_SLACK = 10.0  # seconds the workers have to report their runs stopped by the wall-clock budget
 
 
+def _reported_again(run: SuiteRun) -> list[str]:
+    """What a confirming run of a mutant reports: the tests that killed it in ``run``, then those
+    it passed before them (they run before the kill anyway, so the run is no longer)."""
+    return ([r.test_id for r in run.results if r.outcome.kills]
+            + [r.test_id for r in run.results if r.outcome is Outcome.PASSED])
+
+
 def max_runs(variants: int) -> int:
     """The most suite runs one grading of ``variants`` variants makes, whatever the suite.
 
@@ -409,8 +416,7 @@ class MatrixRun:
             # The tests it passed are reported again too (they ran before the kill, so the run
             # is no longer): one whose result changed on the same mutant depends on chance, a
             # clock say, and counts for nothing (grader.core.matrix.Matrix.differs_between_runs).
-            passed = [r.test_id for r in run.results if r.outcome is Outcome.PASSED]
-            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=killed + passed,
+            self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=_reported_again(run),
                                       time_limits=self.time_limits, purpose=Purpose.CONFIRMING,
                                       seed=self._other_seed(seed)))
 
@@ -424,14 +430,13 @@ class MatrixRun:
             runs = [self.first.get("reference"), self.second.get("reference"), *self.rechecks]
         else:
             runs = [self.first.get(variant), self.second.get(variant), *self.more.get(variant, ())]
-        return chance_shown([[run for run in runs if run is not None]])
+        return chance_shown([run for run in runs if run is not None])
 
     def _confirm_again(self, variant: Variant) -> None:
         """The grading has shown chance: ``variant``'s kills, which held in its first confirming
         run, count only if they hold in one more run under each seed (:data:`UNDER_CHANCE`)."""
         self.held_once.discard(variant.id)
-        first = self.first[variant.id]
-        select = [r.test_id for r in first.results if r.outcome.kills or r.outcome is Outcome.PASSED]
+        select = _reported_again(self.first[variant.id])
         for seed in (self.seed_one.hash_seed, self.seed_two.hash_seed)[:UNDER_CHANCE - 1]:
             self._send_late(WorkerRun(variant=variant.id, source=variant.source, select=select,
                                       time_limits=self.time_limits, purpose=Purpose.CONFIRMING_AGAIN, seed=seed))
@@ -558,7 +563,7 @@ def run_matrix(
         return pool.run_matrix(tests_dir=tests_dir, variants=variants, limits=limits, full_matrix=full_matrix,
                                not_counted=not_counted)
     matrix_run = MatrixRun(layout=layout, tests_dir=tests_dir, variants=variants, limits=limits,
-                            full_matrix=full_matrix, launched=launched, not_counted=not_counted)
+                           full_matrix=full_matrix, launched=launched, not_counted=not_counted)
     try:
         return matrix_run.run()
     finally:
