@@ -166,3 +166,34 @@ def test_a_suite_too_large_to_read_whole_is_compared_as_far_as_it_was_read(tmp_p
 def test_a_likeness_is_data():
     like = Likeness(test="test_a.py::test_b", similarity=0.9, course_test="reference/tests/x.py::test_y", copied=True)
     assert CopyCheck.model_validate_json(CopyCheck(threshold=0.8, tests=[like]).model_dump_json()).tests == [like]
+
+
+def test_the_compiled_matcher_gives_difflibs_ratio_on_every_pair_of_real_tests():
+    """The comparison runs on cydifflib (difflib's algorithm, compiled): each figure is the one
+    ``difflib.SequenceMatcher`` gives, for every pair of the bundled student's and the course's tests."""
+    import difflib
+
+    import grader.core.copies as copies
+
+    assert copies.SequenceMatcher.__module__.startswith("cydifflib")
+    course = read_tests(LAYOUT.course_tests, limit=None)
+    mine = read_tests(HONEST)
+    pairs = [(a, b) for a in mine.values() for b in course.values()] + [(a, b) for a in course.values()
+                                                                        for b in course.values()]
+    assert len(pairs) >= 100
+    for a, b in pairs:
+        assert similarity(a, b) == difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def test_the_course_tests_are_read_once_and_again_when_a_file_changes(tmp_path):
+    from grader.core.copies import course_tokens
+
+    course = suite(tmp_path / "course", {"test_c.py": "def test_a():\n    assert abs(-1) == 1\n"})
+    first = course_tokens(course)
+    assert course_tokens(course) is first  # read once per process
+    (course / "test_c.py").write_text("def test_a():\n    assert abs(-2) == 2\n\n\ndef test_b():\n    assert 1\n")
+    again = course_tokens(course)
+    assert again is not first and set(again) == {"test_c.py::test_a", "test_c.py::test_b"}
+    mine = suite(tmp_path / "mine", {"test_m.py": "def test_b():\n    assert 1\n"})
+    check = find_copies(mine, course_tests=course, label="course", threshold=0.8)
+    assert [(like.course_test, like.copied) for like in check.tests] == [("course/test_c.py::test_b", True)]
