@@ -10,6 +10,14 @@ whole wall budget.
 
     .venv/bin/python bench/deadline.py [--n 40] [--cores 0 0,1] [--rounds 1]
     .venv/bin/python bench/deadline.py --burst [--submissions 200] [--students 100] [--queues local celery]
+    .venv/bin/python bench/deadline.py --floor [--n 20]
+
+``--floor`` asks what a grading cannot go below on this machine: ``grade-batch`` of N copies of
+three suites side by side, one test that calls nothing (no mutant killed: the fewest runs any
+grading makes, two of the reference, one of each wheat and mutant), the hand example alone (it
+kills 5 of 12: each kill confirmed) and the bundled suite, each with the machine's CPU time per
+grading and per suite run, and the throughput the CPU alone allows (the cores over the CPU a
+grading takes) against a target of ``--target`` submissions a second.
 
 Each batch figure is one ``mutagrade grade-batch`` process, the real command line, timed from
 start to exit; submissions per second is N over that time. A burst posts the mix over real HTTP
@@ -65,9 +73,11 @@ def make_batch(folder: Path, n: int, *, sleepers: int = 0, loopers: int = 0) -> 
     return folder
 
 
-def grade_batch(batch: Path, out: Path, cores: str | None) -> float:
+def grade_batch(batch: Path, out: Path, cores: str | None, reports: Path | None = None) -> float:
     """Seconds one ``mutagrade grade-batch`` of ``batch`` takes (under ``taskset -c cores``)."""
     command = [*MUTAGRADE, "grade-batch", str(batch), "--output", str(out)]
+    if reports is not None:
+        command += ["--reports", str(reports)]
     if cores is not None:
         command = ["taskset", "-c", cores, *command]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
@@ -77,6 +87,43 @@ def grade_batch(batch: Path, out: Path, cores: str | None) -> float:
     if done.returncode not in (0, 1):
         raise SystemExit(f"grade-batch failed ({done.returncode}): {done.stderr[-2000:]}")
     return took
+
+
+def machine_cpu_s() -> float:
+    """CPU-seconds every core of the machine has been busy since boot (``/proc/stat``)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+FLOOR_SUITES = {
+    "one test, no call": "def test_nothing_is_called():\n    assert 1 + 1 == 2\n",
+    "the hand example alone": (BUNDLED / "test_gru.py").read_text().split("\ndef test_hand_example_gradient")[0],
+    "the bundled suite": (BUNDLED / "test_gru.py").read_text(),
+}
+
+
+def floor(base: Path, n: int, target: float) -> None:
+    """Each of :data:`FLOOR_SUITES` graded N times in one batch: what a grading costs, by its runs."""
+    import json
+
+    cores = len(os.sched_getaffinity(0))
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}; cores: {cores}; {n} submissions a batch; "
+          f"the target, {target}/s, leaves {cores / target:.2f} CPU-s a grading")
+    for k, (name, text) in enumerate(FLOOR_SUITES.items()):
+        batch, reports = base / f"floor-{k}", base / f"floor-{k}-reports"
+        for i in range(n):
+            (batch / f"student-{i:04d}").mkdir(parents=True)
+            (batch / f"student-{i:04d}" / "test_gru.py").write_text(text)
+        before = machine_cpu_s()
+        took = grade_batch(batch, base / f"floor-{k}.csv", None, reports)
+        cpu = machine_cpu_s() - before
+        timings = [json.loads(p.read_text())["timing"] for p in reports.glob("*.json")]
+        runs = statistics.mean(t["runs"] for t in timings)
+        children = statistics.mean(t["cpu_s"] for t in timings)
+        print(f"{name}: {n / took:.2f}/s; {cpu / n:.3f} CPU-s a grading ({children:.3f} in its runs' processes), "
+              f"{runs:.1f} runs, {1000 * cpu / n / runs:.1f} ms of CPU a run all told; the CPU allows "
+              f"{cores * n / cpu:.2f}/s, {cores * n / cpu / target:.2f} of the target", flush=True)
 
 
 def mix(n: int, hostile: bool = True) -> Callable[[int], tuple[str, bytes]]:
@@ -162,7 +209,13 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=200)
     parser.add_argument("--students", type=int, default=100)
     parser.add_argument("--queues", nargs="*", default=["local", "celery"])
+    parser.add_argument("--floor", action="store_true", help="what a grading costs by its runs, three suites")
+    parser.add_argument("--target", type=float, default=3.3, help="submissions a second --floor compares with")
     args = parser.parse_args()
+    if args.floor:
+        with tempfile.TemporaryDirectory(prefix="mutagrade-floor-") as tmp:
+            floor(Path(tmp), args.n, args.target)
+        return
     if args.burst:
         print(f"load average at the start: {os.getloadavg()[0]:.2f}; cores: {len(os.sched_getaffinity(0))}; "
               f"{args.submissions} submissions from {args.students} students, 5 % sleeping, 1 % looping")

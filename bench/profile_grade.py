@@ -93,7 +93,7 @@ def worker_setup_profile() -> tuple[float, str]:
         "from grader.core.protocol import JobSettings\n"
         f"job = JobSettings.from_message(json.loads({job.to_frame()[4:].decode()!r}))\n"
         "profile = cProfile.Profile(); started = time.perf_counter(); profile.enable()\n"
-        "import grader.worker.setup as w; w.prepare_job(job)\n"
+        "import grader.worker.setup as w; w.prepare_job(job); w.job_session(job)\n"
         "profile.disable(); took = time.perf_counter() - started\n"
         "out = io.StringIO(); pstats.Stats(profile, stream=out).sort_stats('cumulative').print_stats(12)\n"
         "print(took); print(out.getvalue())\n"
@@ -121,7 +121,8 @@ from grader.worker.child import install_variant
 
 layout = default_layout()
 job = JobSettings.from_message(json.loads(sys.argv[3]))
-session = worker.prepare_job(job)
+worker.prepare_job(job)
+session = worker.job_session(job)
 source = layout.module_source.read_text()
 code = variant_code(source, job.contract.filename) or b""
 gc.freeze()
@@ -245,7 +246,7 @@ def main() -> None:
     print(f"a worker's imports (pytest, numpy, worker)    "
           f"{import_ms('import _pytest.config, _pytest.main, _pytest.python, numpy, grader.worker'):7.1f} ms")
     took, table = worker_setup_profile()
-    print(f"a worker's set-up (prepare_job: imports, pytest configured, asserts rewritten)  {took * 1000:7.1f} ms")
+    print(f"a worker's set-up (prepare_job and job_session: imports, pytest configured, asserts rewritten)  {took * 1000:7.1f} ms")
     print("  cProfile, top entries by cumulative time:")
     print("\n".join("    " + line for line in table.strip().splitlines()[:24]))
 

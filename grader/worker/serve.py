@@ -3,9 +3,11 @@
 Started by :mod:`grader.run.runner` as ``python -m grader.worker`` in its sandbox
 (:mod:`grader.sandbox`), with ``PYTHONHASHSEED`` fixed and a minimal environment. It reads the
 job (:class:`~grader.core.protocol.JobSettings`, the first frame on stdin; see :mod:`grader.core.protocol`),
-locks itself down (rlimits, non-dumpable, seccomp), imports numpy and pytest once, configures
-pytest once, and forks the zygote (:mod:`grader.worker.zygote`), which then forks every run's
-test process from a memory that holds nothing of any run. Then it reads runs as they come (at
+locks itself down (rlimits, non-dumpable, seccomp), imports numpy and pytest once, and for each
+job forks a zygote (:mod:`grader.worker.zygote`), which configures pytest for the job's tests and
+then forks every run's test process from a memory that holds nothing of any run. The worker
+itself never holds a job's pytest session: what the submission's files make of it (rewritten
+asserts, collected helpers) lives in that job's zygote and its runs, and dies with them. Then it reads runs as they come (at
 most ``jobs`` at a time). Each run has two processes:
 
 - the implementation process, forked here: it reads the variant's source, which follows the
@@ -37,7 +39,7 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -45,8 +47,7 @@ from grader.sandbox.base import SandboxError
 from grader.sandbox.harden import ChildHardening, harden_worker
 from grader.core.protocol import FrameError, JobSettings, RunHeader, RunResult, WorkerSandbox, read_exact, read_frame
 from grader.worker.boundary import BoundaryError, Connection
-from grader.worker.child import TestSession
-from grader.worker.setup import SERVED_FROM, import_common, next_job, prepare_job, use_package
+from grader.worker.setup import SERVED_FROM, import_common, job_session, next_job, prepare_job, use_package
 from grader.worker.watch import MEMORY_CHECK_S, Run
 from grader.worker.zygote import Zygote, private_view
 
@@ -71,26 +72,18 @@ class _Worker:
     """The worker's loop over one job: frames in, runs started and watched, results out, until
     the next job arrives (:meth:`loop` returns it) or the job stream ends."""
 
-    def __init__(self, job: JobSettings, session: TestSession, out: Any, hardening: ChildHardening, stdin: int,
-                 *, after_job: bool) -> None:
+    def __init__(self, job: JobSettings, out: Any, hardening: ChildHardening, stdin: int, *, after_job: bool) -> None:
         self.job = job
         self.out = out
         self.hardening = hardening
         self.stdin = stdin
-        self.session = session
         self.selector = selectors.DefaultSelector()
         self.zygote: Zygote | None = None
-        # Nothing of an earlier job is left for the zygote to inherit: what the last job froze
-        # (its pytest configuration, its logging handlers) is thawed and, being garbage now,
-        # collected with the cycles its runs left (a worker's first job has nothing to drop,
-        # and skips the 30 ms a whole collection costs). Everything made so far is shared with
-        # the runs' processes copy-on-write; freezing it keeps the collector from touching (and
-        # so copying) those pages in every one.
-        tempfile._get_candidate_names()  # made lazily by the first mkdtemp: made in every job alike
+        # Nothing of an earlier job is left for the zygote to inherit: the worker froze its
+        # imports once (serve), never a job's objects, so what the last job left here (its
+        # runs' bookkeeping) is collected now without walking the frozen heap.
         if after_job:
-            gc.unfreeze()
             gc.collect()
-        gc.freeze()
         gc.enable()
         self.zygote_problem = self._ensure_zygote()  # before any run is read: it must never hold one
         self.runs: list[Run] = []  # a run's report pipe is closed (and its number reused) before it ends
@@ -110,14 +103,19 @@ class _Worker:
         return ""
 
     def _start_zygote(self) -> Zygote:
-        session, hardening, isolate = self.session, self.hardening, self.job.isolate
+        job, hardening = self.job, self.hardening
 
-        def start_run(report: int, boundary: int, tmp: str, token: bytes, tests: str | None) -> None:
-            session.run(report=report, boundary=boundary, tmp=tmp, token=token, tests=tests,
-                        isolate=isolate, hardening=hardening)
+        def make_runs() -> Callable[[int, int, str, bytes, str | None], None]:
+            session = job_session(job)  # in the zygote: the worker never holds it
 
-        tests, tmp_bytes, uid, gid = self.job.tests, hardening.settings.tmp_bytes, os.getuid(), os.getgid()
-        zygote = Zygote.start(start_run, lambda tmp: private_view(tests, tmp, tmp_bytes, uid, gid))
+            def start_run(report: int, boundary: int, tmp: str, token: bytes, tests: str | None) -> None:
+                session.run(report=report, boundary=boundary, tmp=tmp, token=token, tests=tests,
+                            isolate=job.isolate, hardening=hardening)
+
+            return start_run
+
+        tests, tmp_bytes, uid, gid = job.tests, hardening.settings.tmp_bytes, os.getuid(), os.getgid()
+        zygote = Zygote.start(make_runs, lambda tmp: private_view(tests, tmp, tmp_bytes, uid, gid))
         self.selector.register(zygote.control, selectors.EVENT_READ, zygote)
         return zygote
 
@@ -426,21 +424,17 @@ def serve(job: JobSettings, out: Any, hardening: ChildHardening | None = None, *
     last job's runs have all ended, sets the worker up for the next submission, with a zygote
     forked afresh from here, where nothing of the last job's runs is held."""
     hardening = hardening or ChildHardening(settings=WorkerSandbox(), run_timeout=job.run_timeout)
-    session: TestSession | None = prepare_job(job)
+    prepare_job(job)
+    tempfile._get_candidate_names()  # made lazily by the first mkdtemp: made once, before every job
+    # Everything imported so far is shared with every job's zygote and runs copy-on-write;
+    # frozen once, the collector never touches (and so copies) those pages, here or there.
+    gc.freeze()
     after_job = False
     while job is not None:
-        job, session = _one_job(job, session, out, hardening, stdin, after_job=after_job)
-        after_job = True
-
-
-def _one_job(job: JobSettings, session: TestSession, out: Any, hardening: ChildHardening,
-             stdin: int, *, after_job: bool) -> tuple[JobSettings | None, TestSession | None]:
-    """Run one job's runs; the next job and its session, once they have all ended (None, None:
-    the job stream has ended)."""
-    following = _Worker(job, session, out, hardening, stdin, after_job=after_job).loop()
-    if following is None:
-        return None, None
-    return following, next_job(session, job, following)
+        following = _Worker(job, out, hardening, stdin, after_job=after_job).loop()
+        if following is not None:
+            next_job(job, following)
+        job, after_job = following, True
 
 
 def main() -> None:

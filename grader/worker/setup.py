@@ -1,8 +1,10 @@
 """How a worker sets up for a job, and an implementation process for a student's package.
 
 A worker imports what every run needs once (:func:`import_common`), before its job arrives;
-:func:`prepare_job` sets pytest and the finders up for the first job, :func:`next_job` for each
-later one (nothing of the last one stays); :func:`use_package`, in a run's implementation
+:func:`prepare_job` sets the finders up for its first job, :func:`next_job` for each later one
+(nothing of the last one stays). Each job's zygote, forked afresh from the worker, configures
+pytest for that job's tests (:func:`job_session`), so the worker itself never holds a job's
+session, and nothing of one outlives its job. :func:`use_package`, in a run's implementation
 process, makes a student's own ``tinyllm`` the only one it imports.
 """
 
@@ -22,7 +24,7 @@ from grader.core.protocol import JobSettings
 from grader.worker.child import TestSession
 
 __all__ = ["SERVED_FROM", "OnlyUnder", "TestHelpers", "empty_folder", "import_common", "import_named",
-           "next_job", "prepare_job", "use_package"]
+           "job_session", "next_job", "prepare_job", "use_package"]
 
 
 class OnlyUnder:
@@ -84,12 +86,11 @@ def import_named(job: JobSettings) -> None:
             continue
 
 
-def prepare_job(job: JobSettings) -> TestSession:
-    """Import once, before forking, what every run needs (runs start warm), and configure
-    pytest. The framework is imported here only when it is ours (``isolate``: the reference's,
-    every run's test process holds it with the stand-in): a student's package
-    (``job.implementation``) is never imported by the worker, only by each run's
-    implementation process."""
+def prepare_job(job: JobSettings) -> None:
+    """Import once, before forking, what every run needs (runs start warm). The framework is
+    imported here only when it is ours (``isolate``: the reference's, every run's test process
+    holds it with the stand-in): a student's package (``job.implementation``) is never
+    imported by the worker, only by each run's implementation process."""
     sys.path.insert(0, job.reference)
     sys.meta_path.insert(0, OnlyUnder(job.reference))
     import_common()
@@ -98,21 +99,22 @@ def prepare_job(job: JobSettings) -> TestSession:
         for name in ("tinyllm.autograd.functional", "tinyllm.nn", "tinyllm.random", "tinyllm.rnn",
                      "grader.worker.standin", "grader.worker.impl"):
             importlib.import_module(name)
+
+
+def job_session(job: JobSettings) -> TestSession:
+    """In the job's zygote, before it forks any run: the finder of the helper modules beside the
+    tests, and pytest configured for them (asserts rewritten once). The zygote lives for one
+    job: its session, and whatever the submission's files made of it, dies with it."""
     sys.meta_path.append(TestHelpers(job.tests))
     return TestSession(job.tests, job.conftests, seed=job.hash_seed, contract=job.contract)
 
 
-def next_job(session: TestSession, old: JobSettings, job: JobSettings) -> TestSession:
+def next_job(old: JobSettings, job: JobSettings) -> None:
     """Set up for the next submission, in a worker that grades one after another: nothing of
-    the last one stays (its temporary files, its pytest configuration, its helpers' finder)."""
-    session.close()
+    the last one stays (its temporary files; its session died with its zygote)."""
     if old.private_tmp:
         empty_folder(tempfile.gettempdir())
-    for finder in [f for f in sys.meta_path if isinstance(f, TestHelpers)]:
-        sys.meta_path.remove(finder)
-    sys.meta_path.append(TestHelpers(job.tests))
     import_named(job)
-    return TestSession(job.tests, job.conftests, seed=job.hash_seed, contract=job.contract)
 
 
 def empty_folder(folder: str) -> None:

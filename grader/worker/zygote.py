@@ -173,15 +173,29 @@ class Zygote:
         self.control = control
 
     @classmethod
-    def start(cls, start_run: Callable[[int, int, str, bytes, str | None], None], view: Callable[[str], None]) -> Zygote:
-        """Fork the zygote; ``start_run(report, boundary, tmp, token, tests)`` is what each of
-        its children does (it never returns), after ``view()`` where the child has namespaces of
-        its own (``view(tmp)``: :func:`private_view` for the job's tests)."""
+    def start(cls, make_runs: Callable[[], Callable[[int, int, str, bytes, str | None], None]],
+              view: Callable[[str], None]) -> Zygote:
+        """Fork the zygote, which first calls ``make_runs()`` (the job's set-up, made there and
+        nowhere else); what it returns, ``start_run(report, boundary, tmp, token, tests)``, is
+        what each of its children does (it never returns), after ``view()`` where the child has
+        namespaces of its own (``view(tmp)``: :func:`private_view` for the job's tests). A
+        set-up that fails ends the zygote, its reason on stderr: no run of the job starts."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             try:
                 ours.close()
+                from grader.sandbox.harden import prctl
+
+                prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker, from the start
+                try:
+                    start_run = make_runs()
+                except BaseException as exc:  # noqa: BLE001 - said once, here; the runs then fail to start
+                    os.write(2, f"the job could not be set up: {type(exc).__name__}: {exc}\n".encode(errors="replace"))
+                    os._exit(1)
+                # What the set-up made is shared with every run copy-on-write: frozen, the
+                # collector never touches those pages, here or in a run.
+                gc.freeze()
                 _serve(theirs, start_run, view)
             finally:
                 os._exit(0)

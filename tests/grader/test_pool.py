@@ -126,3 +126,36 @@ def test_a_worker_that_died_with_a_message_unsent_closes_without_an_error():
     worker.process.stdin.write(b"a frame the worker will never read")  # held in the buffer: no error yet
     worker.close()
     assert worker.process.stdin.closed and worker.process.stdout.closed
+
+
+HELPED = '''
+import helpers_of_a
+
+
+def test_uses_its_own_helper():
+    assert helpers_of_a.VALUE == "a"
+'''
+LOOKS_FOR_HELPERS = '''
+import importlib.util
+import sys
+
+
+def test_finds_no_helper_of_the_last_student():
+    assert importlib.util.find_spec("helpers_of_a") is None
+    assert "helpers_of_a" not in sys.modules
+    assert not any("helpers_of_a" in repr(finder) for finder in sys.meta_path)
+'''
+
+
+def test_the_helpers_of_one_submission_are_gone_for_the_next(tmp_path):
+    """Each job's pytest session (and its helpers' finder) is made in that job's zygote: the
+    next submission's runs can neither import nor find what the last one's folder held."""
+    with WorkerPool(layout=LAYOUT, limits=RunLimits.of(ASSIGNMENT)) as pool:
+        helped = _suite(tmp_path / "a", HELPED)
+        (helped / "helpers_of_a.py").write_text('VALUE = "a"\n')
+        first = _grade(helped, pool, policy=False)
+        looking = _grade(_suite(tmp_path / "b", LOOKS_FOR_HELPERS), pool, policy=False)
+    [used] = first.tests
+    assert used.outcomes["reference"] is Outcome.PASSED, used.reason
+    [look] = looking.tests
+    assert look.status is TestStatus.VALID, look.reason
