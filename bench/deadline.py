@@ -30,6 +30,7 @@ over the median time an ordinary submission took to grade in that burst.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -44,11 +45,13 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from tests.api.burst import SLEEPER_SUITE, BurstResult, percentile, run_burst, sleeper_archive  # noqa: E402
 from tests.api.conftest import make_server, tar_gz  # noqa: E402
 from tests.services import ApiProcess, WorkerProcess, free_port, postgres_server, redis_server, service_env  # noqa: E402
 from tests.grader.test_structure_loops import RAISES  # noqa: E402
+from ab_grade import busy_seconds  # noqa: E402
 
 BUNDLED = ROOT / "examples" / "student" / "python" / "tests" / "l3-3-gru"
 MUTAGRADE = [sys.executable, "-m", "grader.cli"]
@@ -89,13 +92,6 @@ def grade_batch(batch: Path, out: Path, cores: str | None, reports: Path | None 
     return took
 
 
-def machine_cpu_s() -> float:
-    """CPU-seconds every core of the machine has been busy since boot (``/proc/stat``)."""
-    with open("/proc/stat", encoding="ascii") as stat:
-        ticks = [int(v) for v in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
-
-
 FLOOR_SUITES = {
     "one test, no call": "def test_nothing_is_called():\n    assert 1 + 1 == 2\n",
     "the hand example alone": (BUNDLED / "test_gru.py").read_text().split("\ndef test_hand_example_gradient")[0],
@@ -105,8 +101,6 @@ FLOOR_SUITES = {
 
 def floor(base: Path, n: int, target: float) -> None:
     """Each of :data:`FLOOR_SUITES` graded N times in one batch: what a grading costs, by its runs."""
-    import json
-
     cores = len(os.sched_getaffinity(0))
     print(f"load average at the start: {os.getloadavg()[0]:.2f}; cores: {cores}; {n} submissions a batch; "
           f"the target, {target}/s, leaves {cores / target:.2f} CPU-s a grading")
@@ -115,9 +109,9 @@ def floor(base: Path, n: int, target: float) -> None:
         for i in range(n):
             (batch / f"student-{i:04d}").mkdir(parents=True)
             (batch / f"student-{i:04d}" / "test_gru.py").write_text(text)
-        before = machine_cpu_s()
+        before = busy_seconds()
         took = grade_batch(batch, base / f"floor-{k}.csv", None, reports)
-        cpu = machine_cpu_s() - before
+        cpu = busy_seconds() - before
         timings = [json.loads(p.read_text())["timing"] for p in reports.glob("*.json")]
         runs = statistics.mean(t["runs"] for t in timings)
         children = statistics.mean(t["cpu_s"] for t in timings)

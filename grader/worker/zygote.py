@@ -253,9 +253,6 @@ def _serve(control: socket.socket, start_run: Callable[[int, int, str, bytes, st
            view: Callable[[str], None]) -> None:
     """The zygote's loop: fork on each request; leave when the worker closes its end. Nothing
     of one request outlives it (see the module's docstring)."""
-    from grader.sandbox.harden import prctl
-
-    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the worker
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the job stream is the worker's alone
     os.close(devnull)

@@ -197,3 +197,34 @@ def test_the_course_tests_are_read_once_and_again_when_a_file_changes(tmp_path):
     mine = suite(tmp_path / "mine", {"test_m.py": "def test_b():\n    assert 1\n"})
     check = find_copies(mine, course_tests=course, label="course", threshold=0.8)
     assert [(like.course_test, like.copied) for like in check.tests] == [("course/test_c.py::test_b", True)]
+
+
+def test_odd_tokens_compare_as_difflib_compares_them_and_a_disguised_copy_is_still_found(tmp_path):
+    """A hostile suite's tokens (names outside the BMP and in other scripts, infinite and huge
+    numbers, long names, deep nesting) go through the compiled matcher as they go through
+    difflib's, and a course test disguised beside them is still a copy."""
+    import difflib
+
+    import grader.core.copies as copies
+
+    names = ["𝔵𝔵", "переменная", "x" * 5000, "ℌ"]
+    odd = "\n".join([
+        "import numpy as np",
+        "",
+        "def test_odd():",
+        *(f"    {name} = {value}" for name, value in zip(names, ("1e999", "-1e999", "10**400", "0x" + "f" * 200))),
+        "    assert " + "(" * 40 + "1" + ")" * 40 + " == 1",
+        f"    assert np.isfinite({names[2]}) or {names[0]} > {names[1]}",
+        "",
+    ])
+    copied = disguise(PROPERTIES.read_text(), comment="# 𝔣𝔬𝔬 переменная", reverse=True)
+    folder = suite(tmp_path, {"test_odd.py": odd, "test_copied.py": copied})
+    course = read_tests(LAYOUT.course_tests, limit=None)
+    for tokens in read_tests(folder).values():
+        for theirs in course.values():
+            assert copies.similarity(tokens, theirs) == difflib.SequenceMatcher(None, tokens, theirs, autojunk=False).ratio()
+    found = {like.test: like for like in check(folder, given=()).tests}
+    assert not found["test_odd.py::test_odd"].copied
+    disguised = [like for test_id, like in found.items() if test_id.startswith("test_copied.py::")]
+    assert len(disguised) == len(course_test_names())
+    assert all(like.similarity == 1.0 and like.copied for like in disguised), disguised

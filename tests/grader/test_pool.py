@@ -159,3 +159,13 @@ def test_the_helpers_of_one_submission_are_gone_for_the_next(tmp_path):
     assert used.outcomes["reference"] is Outcome.PASSED, used.reason
     [look] = looking.tests
     assert look.status is TestStatus.VALID, look.reason
+
+
+def test_a_file_named_as_the_last_students_runs_as_its_own_code(tmp_path):
+    """Two submissions in a row with a test file of the same name: the second's runs collect its
+    own file (its asserts rewritten afresh in its own zygote), never the first's."""
+    with WorkerPool(layout=LAYOUT, limits=RunLimits.of(ASSIGNMENT)) as pool:
+        first = _grade(_suite(tmp_path / "a", "def test_only_in_a():\n    assert 1 == 2\n"), pool, policy=False)
+        second = _grade(_suite(tmp_path / "b", "def test_only_in_b():\n    assert [1] == [1]\n"), pool, policy=False)
+    assert [(t.id, t.outcomes["reference"]) for t in first.tests] == [("test_suite.py::test_only_in_a", Outcome.FAILED)]
+    assert [(t.id, t.outcomes["reference"]) for t in second.tests] == [("test_suite.py::test_only_in_b", Outcome.PASSED)]
